@@ -1,0 +1,122 @@
+"""The errors mediaref raises, mapped once at each boundary.
+
+::
+
+    MediaRefError
+    ├── VLLMValidationError (ValueError)              400  bad request input
+    │   ├── MediaClientError                          400  the client's fault while fetching
+    │   │   ├── MediaNotAllowedError                  403  refused domain, address, path or scheme
+    │   │   ├── MediaTooLargeError                    413  over an encoded-size or pixel cap
+    │   │   └── MediaNotFoundError                    404  the origin answered 404/410 or the file is missing
+    │   └── VLLMUnprocessableEntityError              422  a fetched item would not decode
+    └── MediaServerError (ConnectionError)            502  the origin failed us (5xx after retries, reset)
+        └── MediaTimeoutError (TimeoutError)          504  the origin was too slow
+
+``VLLMValidationError`` subclasses ``ValueError`` because vLLM's serving layer maps ``ValueError`` to
+a 400 response; code written against vLLM keeps working. Every class carries ``status_code`` so a
+server can map the whole hierarchy with one lookup.
+
+Transport errors name the URL (``data:`` URLs shortened, see :func:`describe_url`) and the reason.
+"""
+
+from __future__ import annotations
+
+_DATA_URL_PREVIEW_CHARS = 48
+
+
+def describe_url(url: str) -> str:
+    """A URL short enough for an error message: ``data:`` payloads are cut to their first bytes."""
+    if url[:5].lower() == "data:" and len(url) > _DATA_URL_PREVIEW_CHARS:
+        return f"{url[:_DATA_URL_PREVIEW_CHARS]}...[{len(url)} chars]"
+    return url
+
+
+class MediaRefError(Exception):
+    """Base class of every error mediaref raises on purpose."""
+
+    status_code: int = 500
+
+
+class VLLMValidationError(MediaRefError, ValueError):
+    """The request is invalid (HTTP 400). ``parameter`` and ``value`` name the offending input."""
+
+    status_code = 400
+
+    def __init__(self, message: str, *, parameter: str | None = None, value: object = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+        self.value = value
+
+
+class MediaClientError(VLLMValidationError):
+    """Fetching failed because of what the client sent: bad URL, refused target, 4xx, too large."""
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class MediaNotAllowedError(MediaClientError):
+    """The URL's scheme, domain, resolved address or local path is refused by policy."""
+
+    status_code = 403
+
+
+class MediaTooLargeError(MediaClientError):
+    """The encoded payload or the image's pixel count exceeds a configured cap."""
+
+    status_code = 413
+
+
+class MediaNotFoundError(MediaClientError):
+    """The origin answered 404/410, or a permitted local file does not exist."""
+
+    status_code = 404
+
+
+class VLLMUnprocessableEntityError(VLLMValidationError):
+    """A fetched media item could not be decoded (HTTP 422).
+
+    Carries the ``modality`` and the item's ``index`` within that modality: the processor cannot
+    see which request field an item came from (``audio_url`` and ``input_audio`` are both "audio"),
+    so it names no parameter and the index is what locates the item for the client.
+    """
+
+    status_code = 422
+
+    def __init__(
+        self, message: str, *, modality: str | None = None, index: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.modality = modality
+        self.index = index
+
+
+class MediaServerError(MediaRefError, ConnectionError):
+    """The origin failed: a 5xx after the retries, a reset connection, an unreadable body."""
+
+    status_code = 502
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class MediaTimeoutError(MediaServerError, TimeoutError):
+    """The origin did not deliver the payload within the modality's fetch timeout."""
+
+    status_code = 504
+
+
+__all__ = [
+    "MediaClientError",
+    "MediaNotAllowedError",
+    "MediaNotFoundError",
+    "MediaRefError",
+    "MediaServerError",
+    "MediaTimeoutError",
+    "MediaTooLargeError",
+    "VLLMUnprocessableEntityError",
+    "VLLMValidationError",
+    "describe_url",
+]

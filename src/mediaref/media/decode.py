@@ -1,0 +1,112 @@
+"""Parallel decode of media refs on the shared media pool: submit now, collect later.
+
+Shared by the processor's two-phase apply and by any other caller that must materialize refs.
+The contract that keeps payloads safe: every submitted future is recorded in the caller's job list
+the moment it exists, and collection drains *every* future before it raises, so no caller releases
+bytes a worker thread may still be reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from mediaref.exceptions import VLLMUnprocessableEntityError
+from mediaref.media.base import MediaRef
+from mediaref.media.executor import get_media_executor
+
+DecodeErrorFactory = Callable[[str, int, BaseException], BaseException]
+"""``(modality, index within the modality, decoder exception) -> the error to raise``."""
+
+
+@dataclass(frozen=True)
+class MediaDecodeJob:
+    """One submitted decode and the request position it reports failures at."""
+
+    modality: str
+    index: int
+    ref: MediaRef[Any]
+    future: concurrent.futures.Future[Any]
+
+
+def unprocessable_media_error(modality: str, index: int, exc: BaseException) -> BaseException:
+    """The default error: HTTP 422 naming the modality and the item's index within it."""
+    return VLLMUnprocessableEntityError(
+        f"{modality} media at index {index} could not be decoded: {exc}",
+        modality=modality,
+        index=index,
+    )
+
+
+def submit_media_decodes(
+    items: Iterable[tuple[str, int, MediaRef[Any]]],
+    jobs: list[MediaDecodeJob],
+    *,
+    executor: concurrent.futures.Executor | None = None,
+) -> list[MediaDecodeJob]:
+    """Submit ``ref.decode`` for each ``(modality, index, ref)``, appending each job to ``jobs`` at once.
+
+    Appending before the next submit means that if a later submit fails (a shut-down pool, say),
+    the caller's list already holds every decode that is running, and it can drain them.
+    Returns the jobs this call submitted.
+    """
+    pool = executor if executor is not None else get_media_executor()
+    submitted: list[MediaDecodeJob] = []
+    for modality, index, ref in items:
+        job = MediaDecodeJob(modality, index, ref, pool.submit(ref.decode))
+        jobs.append(job)
+        submitted.append(job)
+    return submitted
+
+
+def _raise_first_failure(jobs: list[MediaDecodeJob], error_factory: DecodeErrorFactory) -> None:
+    for job in jobs:  # request order, whatever order the workers finished in
+        exc = job.future.exception()
+        if exc is not None:
+            raise error_factory(job.modality, job.index, exc) from exc
+
+
+def collect_media_decodes(
+    jobs: list[MediaDecodeJob], error_factory: DecodeErrorFactory = unprocessable_media_error
+) -> None:
+    """Wait for every job, then raise the first failure in request order (mapped by ``error_factory``)."""
+    concurrent.futures.wait([job.future for job in jobs])
+    _raise_first_failure(jobs, error_factory)
+
+
+async def collect_media_decodes_async(
+    jobs: list[MediaDecodeJob], error_factory: DecodeErrorFactory = unprocessable_media_error
+) -> None:
+    """:func:`collect_media_decodes` without blocking the event loop.
+
+    Cancellation does not cut the drain short: the wait is shielded and resumed until every
+    decode has finished, however often the caller is cancelled, and only then is the
+    cancellation re-raised, so the caller's cleanup never races a worker still reading bytes.
+    """
+    if not jobs:
+        return
+    drained = asyncio.gather(
+        *(asyncio.wrap_future(job.future) for job in jobs), return_exceptions=True
+    )
+    cancelled = False
+    while not drained.done():
+        try:
+            await asyncio.shield(drained)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    _raise_first_failure(jobs, error_factory)
+
+
+__all__ = [
+    "DecodeErrorFactory",
+    "MediaDecodeJob",
+    "collect_media_decodes",
+    "collect_media_decodes_async",
+    "submit_media_decodes",
+    "unprocessable_media_error",
+]
