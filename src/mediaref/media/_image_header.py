@@ -1,0 +1,157 @@
+"""Reading an image's header without its pixels: identify, size-check, find its EXIF ImageID.
+
+Pillow's ``Image.open`` is lazy (it parses the header and leaves the pixels), but it also runs
+Pillow's own decompression-bomb check against the process-wide ``Image.MAX_IMAGE_PIXELS``: a
+warning above that many pixels, ``DecompressionBombError`` above twice as many. Our policy is
+``VLLM_MAX_IMAGE_PIXELS`` (0 disables it), and it must be the check that fires. Changing the global
+per call would race with every other thread using Pillow, so :func:`open_image_header` runs the
+registered format plugins itself, exactly as ``Image.open`` does minus that final check, and
+applies our cap to the header's size before anything is decoded.
+
+A few plugins still consult the global from inside themselves. WebP does so while opening (its
+decoder reserves the canvas then), so a WebP canvas size is read from the first 30 bytes and
+checked before Pillow sees the file. The others (GIF frames larger than their screen, MPO, TIFF
+at load time) are rare; at the header their refusal means the image cannot be decoded in this
+process whatever our cap says, so it surfaces as :class:`MediaTooLargeError` too, at fetch time.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+from PIL import ExifTags, Image, ImageFile, PngImagePlugin, UnidentifiedImageError
+
+from mediaref import envs
+from mediaref.exceptions import MediaTooLargeError
+
+# Plugins signal "not my format" with these (Image.open skips to the next plugin on them).
+_NOT_THIS_FORMAT = (SyntaxError, IndexError, TypeError, struct.error)
+_PREFIX_BYTES = 16  # what Image.open hands the plugins' accept() functions
+_EXIF_IMAGE_UNIQUE_ID = 0xA420
+_WEBP_HEADER_BYTES = 30  # RIFF header, first chunk header, and that chunk's size fields
+
+
+class ImageHeader:
+    """A header-parsed image and the in-memory file it reads from (a view of the payload)."""
+
+    __slots__ = ("image", "source")
+
+    def __init__(self, image: ImageFile.ImageFile, source: io.BytesIO) -> None:
+        self.image = image
+        self.source = source
+
+    def close(self) -> None:
+        """Drop the file's hold on the payload; pixels already decoded stay readable."""
+        self.source.close()
+
+
+def open_image_header(data: bytes) -> ImageHeader:
+    """Identify ``data``, parse its header and enforce ``VLLM_MAX_IMAGE_PIXELS``. Reads no pixels.
+
+    Raises :class:`MediaTooLargeError` for too many pixels, and whatever the plugins raise for a
+    header they cannot read.
+    """
+    webp_size = _webp_canvas_size(data[:_WEBP_HEADER_BYTES])
+    if webp_size is not None:
+        check_pixel_limit(webp_size)
+    source = io.BytesIO(data)
+    try:
+        image = _identify(source, len(data))
+        check_pixel_limit(image.size)
+    except Image.DecompressionBombError as exc:
+        source.close()
+        raise MediaTooLargeError(
+            f"image exceeds Pillow's process-wide Image.MAX_IMAGE_PIXELS limit: {exc}"
+        ) from exc
+    except BaseException:
+        source.close()
+        raise
+    return ImageHeader(image, source)
+
+
+def _identify(source: io.BytesIO, size: int) -> ImageFile.ImageFile:
+    prefix = source.read(_PREFIX_BYTES)
+    tried: set[str] = set()
+    hints: list[str] = []
+    # Like Image.open: the common plugins first, then every plugin if none of those matched.
+    for load_plugins in (Image.preinit, Image.init):
+        load_plugins()
+        for format_id in list(Image.ID):
+            if format_id in tried:
+                continue
+            tried.add(format_id)
+            factory, accept = Image.OPEN[format_id]
+            try:
+                verdict = accept(prefix) if accept else True
+                if isinstance(verdict, str):  # e.g. "... because AVIF support not installed"
+                    hints.append(verdict)
+                    continue
+                if not verdict:
+                    continue
+                source.seek(0)
+                return factory(source, "")
+            except _NOT_THIS_FORMAT:
+                # Loose accept() checks let garbage reach several plugins; their complaints
+                # would only mislead, so the message names the bytes instead.
+                continue
+    detail = f" ({'; '.join(hints)})" if hints else ""
+    raise UnidentifiedImageError(
+        f"cannot identify an image format in {size} bytes starting with {prefix!r}{detail}"
+    )
+
+
+def _webp_canvas_size(head: bytes) -> tuple[int, int] | None:
+    """The canvas size a WebP file declares in its first chunk's header, or None if not WebP."""
+    if len(head) < _WEBP_HEADER_BYTES or head[:4] != b"RIFF" or head[8:12] != b"WEBP":
+        return None
+    chunk = head[12:16]
+    if chunk == b"VP8X":  # extended: 24-bit canvas width-1, height-1
+        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
+    if chunk == b"VP8L" and head[20] == 0x2F:  # lossless: 14-bit width-1, height-1
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":  # lossy key frame: 14-bit sizes
+        width, height = struct.unpack("<HH", head[26:30])
+        return width & 0x3FFF, height & 0x3FFF
+    return None
+
+
+def check_pixel_limit(size: tuple[int, int]) -> None:
+    """Raise :class:`MediaTooLargeError` above ``VLLM_MAX_IMAGE_PIXELS`` (0 or less: no cap)."""
+    limit = envs.VLLM_MAX_IMAGE_PIXELS
+    width, height = size
+    if limit > 0 and width * height > limit:
+        raise MediaTooLargeError(
+            f"image of {width}x{height} = {width * height} pixels exceeds the {limit}-pixel "
+            "limit (VLLM_MAX_IMAGE_PIXELS)"
+        )
+
+
+def read_exif_image_id(image: ImageFile.ImageFile) -> bytes | None:
+    """The EXIF ImageUniqueID (tag 0xA420) if the header carries a usable one, else None.
+
+    Never rasterizes: a PNG whose header had no eXIf chunk is not probed, because
+    ``PngImageFile.getexif()`` then loads the whole image looking for one after the pixel data.
+    """
+    if isinstance(image, PngImagePlugin.PngImageFile) and "exif" not in image.info:
+        return None
+    try:
+        exif = image.getexif()
+        value = exif.get_ifd(ExifTags.IFD.Exif).get(_EXIF_IMAGE_UNIQUE_ID)
+        if value is None:  # the standard puts it in the Exif IFD; some writers use IFD0
+            value = exif.get(_EXIF_IMAGE_UNIQUE_ID)
+    except Exception:  # noqa: BLE001
+        # A damaged EXIF block costs only the shared key: the image keys off its bytes, and
+        # decode decides whether the pixels are readable.
+        return None
+    if isinstance(value, str):
+        value = value.encode("utf-8", "surrogateescape")
+    if not isinstance(value, bytes):
+        return None
+    value = value.strip(b"\x00 \t\r\n")
+    # Some cameras write an all-zero placeholder; keying off it would make unrelated photos
+    # share a cache entry.
+    if not value.strip(b"0"):
+        return None
+    return value
