@@ -1,0 +1,7 @@
+"""Model families: how each one's HF processor is loaded, called and its prompt updated.
+
+One module per model family plugs into :mod:`mediaref.processing` and registers itself with
+:mod:`mediaref.registry`. :mod:`mediaref.models.builtin` locates the small model directories
+mediaref ships (tokenizer, chat template and processor configs, no weights) so that a family runs
+offline by default.
+"""
