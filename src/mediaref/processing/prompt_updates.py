@@ -1,0 +1,198 @@
+"""Prompt updates: how a model's placeholder tokens get into the prompt, and where they end up.
+
+A model declares its updates (:class:`PromptReplacement`, :class:`PromptInsertion`, targets from
+:class:`PromptIndexTargets`, content as :class:`PromptUpdateDetails`); the processor resolves them
+per item (:func:`resolve_prompt_updates`, or a cached item's own :class:`ResolvedPromptUpdate`)
+and then either
+
+- applies them to prompt token ids it tokenized itself (:func:`apply_prompt_updates`), or
+- finds them where the HF processor already applied them (:func:`find_mm_placeholders`).
+
+Both produce one :class:`~mediaref.inputs.PlaceholderRange` per item, in item order.
+
+Applying works on token ids first. A text target can be missing from the token ids even though
+its text is in the prompt, because the tokenizer merged it with its neighbours ("foo" inside the
+single token "food"); then the prompt is decoded, the updates are applied to the text, the result
+is re-encoded, and the placeholders are located in the re-encoded ids. Every search is linear in
+the prompt (see ``_prompt_matching``), so long adversarial prompts cost no more than long ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from mediaref.exceptions import VLLMValidationError
+from mediaref.inputs import PlaceholderRange
+from mediaref.processing._prompt_codec import PromptCodec, PromptSeq, TokenizerLike
+from mediaref.processing._prompt_details import (
+    IsEmbedFn,
+    PromptIndex,
+    PromptIndexTargets,
+    PromptUpdateDetails,
+)
+from mediaref.processing._prompt_placement import (
+    MultiModalPromptUpdates,
+    PlacedUpdate,
+    Placement,
+    locate_placeholders,
+    place_updates,
+)
+from mediaref.processing._prompt_update_types import (
+    PromptInsertion,
+    PromptReplacement,
+    PromptTargetMatch,
+    PromptUpdate,
+    PromptUpdateContent,
+    PromptUpdateInfo,
+    PromptUpdateTarget,
+    ResolvedPromptUpdate,
+    UpdateMode,
+    UpdateTarget,
+    resolve_prompt_updates,
+)
+
+_TARGET_PREVIEW_CHARS = 60
+
+
+def _describe_target(
+    mm_prompt_updates: MultiModalPromptUpdates, modality: str, item_idx: int
+) -> str:
+    items = mm_prompt_updates[modality]
+    if item_idx >= len(items) or not items[item_idx]:
+        return "no prompt update for that item"
+    target = items[item_idx][0].target
+    text = repr(target if isinstance(target, (str, PromptIndex)) else list(target))
+    if len(text) > _TARGET_PREVIEW_CHARS:
+        text = text[:_TARGET_PREVIEW_CHARS] + "..."
+    return f"target {text}"
+
+
+def _missing_targets_error(
+    mm_prompt_updates: MultiModalPromptUpdates, found_counts: Mapping[str, int]
+) -> VLLMValidationError:
+    shortfalls = [
+        f"{modality}: expected {len(items)} placeholder(s) for {len(items)} {modality} item(s), "
+        f"found {found_counts[modality]} "
+        f"({_describe_target(mm_prompt_updates, modality, found_counts[modality])})"
+        for modality, items in mm_prompt_updates.items()
+        if found_counts[modality] < len(items)
+    ]
+    return VLLMValidationError(
+        "The prompt does not hold a placeholder for every multimodal item; "
+        + "; ".join(shortfalls)
+        + ". If the model has a chat template, apply it to the prompt first.",
+        parameter="prompt",
+    )
+
+
+def _is_complete(placement: Placement, mm_prompt_updates: MultiModalPromptUpdates) -> bool:
+    return all(
+        len(placement.placed[modality]) == len(items)
+        for modality, items in mm_prompt_updates.items()
+    )
+
+
+def _to_ranges(
+    placed: Mapping[str, Sequence[PlacedUpdate]], codec: PromptCodec
+) -> dict[str, list[PlaceholderRange]]:
+    ranges: dict[str, list[PlaceholderRange]] = {}
+    for modality, items in placed.items():
+        ranges[modality] = [
+            PlaceholderRange(
+                offset=item.offset,
+                length=item.length,
+                is_embed=item.update.content.embed_mask(
+                    codec, codec.token_ids(item.update.content.full)
+                ),
+            )
+            for item in items
+        ]
+    return ranges
+
+
+def apply_prompt_updates(
+    token_ids: Sequence[int],
+    mm_prompt_updates: MultiModalPromptUpdates,
+    tokenizer: TokenizerLike | None,
+) -> tuple[list[int], dict[str, list[PlaceholderRange]]]:
+    """Apply one update per item to ``token_ids``; return the new ids and each item's placeholder.
+
+    ``mm_prompt_updates`` maps each modality to its items' resolved updates, in item order (an
+    item may list alternatives; the one whose target is found first is used). ``tokenizer`` is
+    needed only for text targets or contents and for the text fallback.
+
+    Raises :class:`~mediaref.exceptions.VLLMValidationError` (a ``ValueError``) naming each
+    modality with fewer target occurrences than items, and ``RuntimeError`` if, after the text
+    fallback, an update's content does not survive re-encoding (a content that is not made of
+    special tokens can merge with its neighbours).
+    """
+    codec = PromptCodec(tokenizer)
+    on_tokens = place_updates(list(token_ids), mm_prompt_updates, codec)
+    if _is_complete(on_tokens, mm_prompt_updates):
+        assert isinstance(on_tokens.prompt, list)
+        return on_tokens.prompt, _to_ranges(on_tokens.placed, codec)
+    if tokenizer is None:
+        raise _missing_targets_error(mm_prompt_updates, on_tokens.found_counts())
+
+    on_text = place_updates(codec.decode_prompt(token_ids), mm_prompt_updates, codec)
+    if not _is_complete(on_text, mm_prompt_updates):
+        token_counts, text_counts = on_tokens.found_counts(), on_text.found_counts()
+        best_counts = {m: max(token_counts[m], text_counts[m]) for m in mm_prompt_updates}
+        raise _missing_targets_error(mm_prompt_updates, best_counts)
+
+    assert isinstance(on_text.prompt, str)
+    new_token_ids = codec.encode_prompt(on_text.prompt)
+    applied = {m: [(p.update,) for p in placed] for m, placed in on_text.placed.items()}
+    located = locate_placeholders(new_token_ids, applied, codec)
+    if not _is_complete(located, applied):
+        lost = [
+            f"{m} item {len(located.placed[m])}"
+            for m, items in applied.items()
+            if len(located.placed[m]) < len(items)
+        ]
+        raise RuntimeError(
+            "After applying the prompt updates to the decoded text and re-encoding it, the "
+            f"placeholder tokens of {', '.join(lost)} could not be found: the content merged "
+            "with neighbouring text. Use special tokens (or token ids) for placeholder content."
+        )
+    return new_token_ids, _to_ranges(located.placed, codec)
+
+
+def find_mm_placeholders(
+    token_ids: Sequence[int],
+    mm_prompt_updates: MultiModalPromptUpdates,
+    tokenizer: TokenizerLike | None,
+) -> dict[str, list[PlaceholderRange]]:
+    """Locate each item's update content where it was already applied (by the HF processor).
+
+    Items are matched in order to successive occurrences of their content; at one position the
+    modality listed first wins. An item that cannot be found ends its modality's list early:
+    the caller compares the lengths with the item counts.
+    """
+    codec = PromptCodec(tokenizer)
+    located = locate_placeholders(list(token_ids), mm_prompt_updates, codec)
+    return _to_ranges(located.placed, codec)
+
+
+__all__ = [
+    "IsEmbedFn",
+    "MultiModalPromptUpdates",
+    "PromptIndex",
+    "PromptIndexTargets",
+    "PromptInsertion",
+    "PromptReplacement",
+    "PromptSeq",
+    "PromptTargetMatch",
+    "PromptUpdate",
+    "PromptUpdateContent",
+    "PromptUpdateDetails",
+    "PromptUpdateInfo",
+    "PromptUpdateTarget",
+    "ResolvedPromptUpdate",
+    "TokenizerLike",
+    "UpdateMode",
+    "UpdateTarget",
+    "apply_prompt_updates",
+    "find_mm_placeholders",
+    "resolve_prompt_updates",
+]
