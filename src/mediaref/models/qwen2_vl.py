@@ -1,0 +1,120 @@
+"""Qwen2-VL (images and video) on the real ``transformers`` ``Qwen2VLProcessor``.
+
+Each image or video becomes a grid of 14x14 patches (``*_grid_thw``); every ``merge_size**2``
+patches make one placeholder token, so ``<|image_pad|>`` expands to ``grid_thw.prod() // 4``
+copies. ``pixel_values`` holds all items' patches concatenated, cut per item by the grid sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from mediaref.inputs import MultiModalKwargsItems
+from mediaref.parse import MultiModalDataItems, MultiModalDataParser
+from mediaref.processing.context import BaseProcessingInfo
+from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
+from mediaref.processing.fields import MultiModalFieldConfig
+from mediaref.processing.processor import BaseMultiModalProcessor, PromptReplacement, PromptUpdate
+from mediaref.registry import MULTIMODAL_REGISTRY
+
+if TYPE_CHECKING:
+    from transformers import BatchFeature
+
+_MODALITIES = ("image", "video")
+
+
+class Qwen2VLProcessingInfo(BaseProcessingInfo):
+    # Frames are sampled by our loader (HF's own sampling stays off: do_sample_frames=False).
+    VIDEO_BACKEND_BY_HF_PROCESSOR = {"Qwen2VLVideoProcessor": "pyav"}
+
+    def get_supported_mm_limits(self) -> Mapping[str, int | None]:
+        return {"image": None, "video": None}
+
+    def get_merge_size(self) -> int:
+        return int(self.get_hf_processor().image_processor.merge_size)
+
+    def get_placeholder_token_id(self, modality: str) -> int:
+        processor = self.get_hf_processor()
+        token = processor.image_token if modality == "image" else processor.video_token
+        return int(self.get_tokenizer().convert_tokens_to_ids(token))
+
+
+class Qwen2VLDummyInputsBuilder(BaseDummyInputsBuilder[Qwen2VLProcessingInfo]):
+    def get_dummy_text(self, mm_counts: Mapping[str, int]) -> str:
+        processor = self.info.get_hf_processor()
+        return processor.image_token * mm_counts.get("image", 0) + processor.video_token * mm_counts.get(
+            "video", 0
+        )
+
+    def get_dummy_mm_data(self, seq_len: int, mm_counts: Mapping[str, int]) -> dict[str, Any]:
+        return {
+            "image": self._get_dummy_images(width=224, height=224, num_images=mm_counts.get("image", 0)),
+            "video": self._get_dummy_videos(
+                width=112, height=112, num_frames=4, num_videos=mm_counts.get("video", 0)
+            ),
+        }
+
+
+@MULTIMODAL_REGISTRY.register_processor(
+    "qwen2_vl", info=Qwen2VLProcessingInfo, dummy_inputs=Qwen2VLDummyInputsBuilder
+)
+class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo]):
+    def _get_data_parser(self) -> MultiModalDataParser:
+        return MultiModalDataParser(video_needs_metadata=False)
+
+    def _call_hf_processor(
+        self,
+        prompt: str | None,
+        mm_data: Mapping[str, object],
+        mm_kwargs: Mapping[str, object],
+        tok_kwargs: Mapping[str, object],
+    ) -> BatchFeature:
+        if "videos" in mm_data:
+            # Our loader already sampled the frames; HF must not sample them again.
+            mm_kwargs = {"do_sample_frames": False, **mm_kwargs}
+        return super()._call_hf_processor(prompt, mm_data, mm_kwargs, tok_kwargs)
+
+    def _get_mm_fields_config(
+        self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]
+    ) -> Mapping[str, MultiModalFieldConfig]:
+        image_grid = hf_inputs.get("image_grid_thw", torch.empty((0, 3), dtype=torch.long))
+        video_grid = hf_inputs.get("video_grid_thw", torch.empty((0, 3), dtype=torch.long))
+        return {
+            "pixel_values": MultiModalFieldConfig.flat_from_sizes("image", image_grid.prod(-1)),
+            "image_grid_thw": MultiModalFieldConfig.batched("image"),
+            "pixel_values_videos": MultiModalFieldConfig.flat_from_sizes("video", video_grid.prod(-1)),
+            "video_grid_thw": MultiModalFieldConfig.batched("video"),
+        }
+
+    def _get_prompt_updates(
+        self,
+        mm_items: MultiModalDataItems,
+        hf_processor_mm_kwargs: Mapping[str, object],
+        out_mm_kwargs: MultiModalKwargsItems,
+    ) -> Sequence[PromptUpdate]:
+        merge_length = self.info.get_merge_size() ** 2
+
+        def replacement(item_idx: int, *, modality: str, token_id: int) -> list[int]:
+            grid_thw = out_mm_kwargs[modality][item_idx][f"{modality}_grid_thw"].data
+            return [token_id] * (int(grid_thw.prod()) // merge_length)
+
+        updates: list[PromptUpdate] = []
+        for modality in _MODALITIES:
+            if mm_items.get_count(modality, strict=False) == 0:
+                continue
+            token_id = self.info.get_placeholder_token_id(modality)
+            updates.append(
+                PromptReplacement(
+                    modality,
+                    target=[token_id],
+                    replacement=partial(replacement, modality=modality, token_id=token_id),
+                )
+            )
+        return updates
+
+
+__all__ = ["Qwen2VLDummyInputsBuilder", "Qwen2VLMultiModalProcessor", "Qwen2VLProcessingInfo"]

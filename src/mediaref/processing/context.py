@@ -1,0 +1,151 @@
+"""What a model's processing needs to know: its local directory, HF processor, and media decoders.
+
+Decoder resolution lives here, in :meth:`BaseProcessingInfo.get_media_io`, because this layer has
+the model's configuration: the video backend that matches the model's HF video processor is chosen
+here, and an explicit ``video_backend`` (from ``media_io_kwargs`` or the request) wins.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mediaref.media.base import MediaIO
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The slice of vLLM's model config that multimodal processing reads."""
+
+    model: str
+    """A local model directory (config.json, tokenizer and processor configs; no weights needed)."""
+
+    mm_processor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Extra kwargs for ``AutoProcessor.from_pretrained`` and the HF processor call."""
+
+    media_io_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per-modality decoder settings, e.g. ``{"video": {"num_frames": 16}}`` (``--media-io-kwargs``)."""
+
+    mm_processor_cache_gb: float | None = None
+    """Processor output cache budget; None reads ``VLLM_MM_PROCESSOR_CACHE_GB`` (4), 0 disables."""
+
+    family: str | None = None
+    """The registered processor family; None reads ``model_type`` from the directory's config.json."""
+
+    trust_remote_code: bool = False
+
+
+class InputProcessingContext:
+    """Loads and memoizes the model's HF config, tokenizer and processor, offline."""
+
+    def __init__(self, model_config: ModelConfig) -> None:
+        self.model_config = model_config
+        self._lock = threading.Lock()
+        self._memo: dict[Any, Any] = {}
+
+    @property
+    def model_path(self) -> Path:
+        return Path(self.model_config.model)
+
+    def _load(self, memo_key: Any, load: Any) -> Any:
+        with self._lock:
+            if memo_key not in self._memo:
+                self._memo[memo_key] = load()
+            return self._memo[memo_key]
+
+    def _from_pretrained_kwargs(self) -> dict[str, Any]:
+        # local_files_only: nothing here may reach a model hub at run time.
+        return {
+            "local_files_only": True,
+            "trust_remote_code": self.model_config.trust_remote_code,
+        }
+
+    def get_hf_config(self) -> Any:
+        from transformers import AutoConfig
+
+        return self._load(
+            "config",
+            lambda: AutoConfig.from_pretrained(self.model_path, **self._from_pretrained_kwargs()),
+        )
+
+    def get_hf_processor(self, **kwargs: Any) -> Any:
+        """The model's HF processor, built once per distinct set of construction kwargs."""
+        from transformers import AutoProcessor
+
+        merged = {**self.model_config.mm_processor_kwargs, **kwargs}
+        memo_key = ("processor", tuple(sorted((k, repr(v)) for k, v in merged.items())))
+        return self._load(
+            memo_key,
+            lambda: AutoProcessor.from_pretrained(
+                self.model_path, **self._from_pretrained_kwargs(), **merged
+            ),
+        )
+
+    def get_tokenizer(self) -> Any:
+        return self.get_hf_processor().tokenizer
+
+
+class BaseProcessingInfo:
+    """Model-specific facts for processing: supported modalities, HF processor, decoders."""
+
+    #: HF video processor class name -> the video loader backend that matches its sampling.
+    VIDEO_BACKEND_BY_HF_PROCESSOR: Mapping[str, str] = {}
+
+    def __init__(self, ctx: InputProcessingContext) -> None:
+        self.ctx = ctx
+
+    @property
+    def model_id(self) -> str:
+        return self.ctx.model_config.model
+
+    def get_hf_config(self) -> Any:
+        return self.ctx.get_hf_config()
+
+    def get_hf_processor(self, **kwargs: Any) -> Any:
+        return self.ctx.get_hf_processor(**kwargs)
+
+    def get_tokenizer(self) -> Any:
+        return self.ctx.get_tokenizer()
+
+    def get_supported_mm_limits(self) -> Mapping[str, int | None]:
+        """Modality -> the most items one prompt may carry (None: no limit)."""
+        raise NotImplementedError
+
+    def get_default_video_backend(self) -> str | None:
+        """The loader backend bound to this model's HF video processor class, if any."""
+        processor = self.get_hf_processor()
+        video_processor = getattr(processor, "video_processor", None)
+        if video_processor is None:
+            return None
+        return self.VIDEO_BACKEND_BY_HF_PROCESSOR.get(type(video_processor).__name__)
+
+    def get_media_io(
+        self, modality: str, media_io_kwargs: Mapping[str, Any] | None = None
+    ) -> MediaIO[Any]:
+        """The decoder for ``modality``: model defaults, then config, then the request's kwargs."""
+        from mediaref.media.audio import AudioMediaIO
+        from mediaref.media.image import ImageMediaIO
+        from mediaref.media.video import VideoMediaIO
+
+        kwargs = {
+            **self.ctx.model_config.media_io_kwargs.get(modality, {}),
+            **(media_io_kwargs or {}),
+        }
+        if modality == "image":
+            return ImageMediaIO(**kwargs)
+        if modality == "video":
+            if "video_backend" not in kwargs:
+                backend = self.get_default_video_backend()
+                if backend is not None:
+                    kwargs["video_backend"] = backend
+            image_kwargs = self.ctx.model_config.media_io_kwargs.get("image", {})
+            return VideoMediaIO(ImageMediaIO(**image_kwargs), **kwargs)
+        if modality == "audio":
+            return AudioMediaIO(**kwargs)
+        raise ValueError(f"no decoder for modality {modality!r}")
+
+
+__all__ = ["BaseProcessingInfo", "InputProcessingContext", "ModelConfig"]
