@@ -1,1 +1,69 @@
-"""mediaref."""
+"""mediaref: vLLM's multimodal layer, built around lazy media decode.
+
+Fetched media travels as a :class:`MediaRef` — encoded bytes, a sha256 key derived from them
+without decoding, and a memoized decode — so a processor-cache hit never pays for a decode and
+misses decode in parallel. The names below are the ones a user reaches for first; each lives in
+the module the architecture map names (``mediaref.media.base``, ``mediaref.media.connector``, ...)
+and is imported from there on first use, so ``import mediaref`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "DecodeSpec": "mediaref.media.base",
+    "MediaIO": "mediaref.media.base",
+    "MediaRef": "mediaref.media.base",
+    "derive_media_key": "mediaref.media.base",
+    "ImageMediaIO": "mediaref.media.image",
+    "VideoMediaIO": "mediaref.media.video",
+    "AudioMediaIO": "mediaref.media.audio",
+    "MediaConnector": "mediaref.media.connector",
+    "MEDIA_CONNECTOR_REGISTRY": "mediaref.media.connector",
+    "fetch_image": "mediaref.utils",
+    "fetch_video": "mediaref.utils",
+    "fetch_audio": "mediaref.utils",
+    "MultiModalDataParser": "mediaref.parse",
+    "MultiModalHasher": "mediaref.hasher",
+    "MULTIMODAL_REGISTRY": "mediaref.registry",
+    "ModelConfig": "mediaref.processing.context",
+    "BaseRenderer": "mediaref.renderers.base",
+    "MultiModalRequest": "mediaref.renderers.base",
+    "VLLMUnprocessableEntityError": "mediaref.exceptions",
+    "VLLMValidationError": "mediaref.exceptions",
+    "MediaRefError": "mediaref.exceptions",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mediaref' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:
+    from mediaref.exceptions import MediaRefError, VLLMUnprocessableEntityError, VLLMValidationError
+    from mediaref.hasher import MultiModalHasher
+    from mediaref.media.audio import AudioMediaIO
+    from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_media_key
+    from mediaref.media.connector import MEDIA_CONNECTOR_REGISTRY, MediaConnector
+    from mediaref.media.image import ImageMediaIO
+    from mediaref.media.video import VideoMediaIO
+    from mediaref.parse import MultiModalDataParser
+    from mediaref.processing.context import ModelConfig
+    from mediaref.registry import MULTIMODAL_REGISTRY
+    from mediaref.renderers.base import BaseRenderer, MultiModalRequest
+    from mediaref.utils import fetch_audio, fetch_image, fetch_video

@@ -1,0 +1,153 @@
+"""Video decoding: a registered loader backend turns a container into frames and metadata.
+
+:class:`VideoMediaIO` resolves its backend (``video_backend``, else ``VLLM_VIDEO_LOADER_BACKEND``)
+and validates every option when it is built, so a misspelled option or an unknown backend fails
+at configuration time rather than on the first request. The decode spec, hence the key, holds the
+backend, its version tag, ``num_frames``, ``fps`` and every other loader option. Refs are built
+from the bytes alone: reading a container header costs a demuxer open, and nothing in it is
+needed before decode time (there is no header-known cap for videos). A payload that will not
+decode fails at decode time::
+
+    ValueError("Failed to decode video: <reason>")
+
+``video/jpeg`` payloads are the other form vLLM accepts: base64 JPEG frames joined by commas,
+decoded frame by frame with the ``image_io`` decoder. :class:`RawBytesVideoMediaIO` is the decoder
+for models that want the container itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+from PIL import Image
+
+from mediaref import envs
+from mediaref.media._video_raw_bytes import (
+    JPEG_FRAMES_MEDIA_TYPE,
+    RawBytesVideoMediaIO,
+    is_jpeg_frames,
+    video_max_bytes,
+)
+from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
+from mediaref.video import VIDEO_LOADER_REGISTRY, VideoFrames, VideoLoader, VideoMetadata
+from mediaref.video._jpeg_frames import JPEG_FRAMES_BACKEND, load_jpeg_frames
+from mediaref.video._sampling import validate_fps, validate_num_frames
+
+if TYPE_CHECKING:
+    from mediaref.media.image import ImageMediaIO
+
+
+class VideoMediaIO(MediaIO[tuple[VideoFrames, VideoMetadata]]):
+    """Decodes videos into ``(frames, metadata)`` with a loader from ``VIDEO_LOADER_REGISTRY``.
+
+    ``num_frames``: -1 for every frame, N > 0 for N frames spread uniformly over the video.
+    ``kwargs``: ``video_backend`` (a registry name), ``fps`` (sample at most this many frames per
+    second of video; for ``video/jpeg``, the rate of the frame sequence) and the backend's own
+    options, which must be in its ``load_bytes`` signature.
+    """
+
+    modality: ClassVar[str] = "video"
+
+    def __init__(self, image_io: ImageMediaIO, num_frames: int = 32, **kwargs: Any) -> None:
+        self.image_io = image_io
+        self.num_frames = validate_num_frames(num_frames)
+        backend = kwargs.pop("video_backend", None)
+        self.video_backend: str = backend or envs.VLLM_VIDEO_LOADER_BACKEND
+        self.fps = validate_fps(kwargs.pop("fps", None))
+        self.video_loader: type[VideoLoader] = VIDEO_LOADER_REGISTRY.load(self.video_backend)
+        self.kwargs = kwargs
+        _check_loader_options(self.video_loader, self.video_backend, kwargs)
+        self._spec = DecodeSpec(
+            modality=self.modality,
+            decoder=_decoder_version(self.video_loader),
+            video_backend=self.video_backend,
+            num_frames=self.num_frames,
+            fps=self.fps,
+            loader_kwargs=kwargs,
+        )
+
+    def get_decode_spec(self) -> DecodeSpec:
+        return self._spec
+
+    def get_max_bytes(self) -> int | None:
+        return video_max_bytes()
+
+    def load_bytes(self, data: bytes) -> tuple[VideoFrames, VideoMetadata]:
+        return self.video_loader.load_bytes(
+            data, num_frames=self.num_frames, fps=self.fps, **self.kwargs
+        )
+
+    def load_base64(self, media_type: str, data: str) -> tuple[VideoFrames, VideoMetadata]:
+        if is_jpeg_frames(media_type):
+            return load_jpeg_frames(data.encode("utf-8"), self.image_io, self.fps)
+        return super().load_base64(media_type, data)
+
+    def load_base64_ref(
+        self, media_type: str, data: str
+    ) -> MediaRef[tuple[VideoFrames, VideoMetadata]]:
+        if not is_jpeg_frames(media_type):
+            return super().load_base64_ref(media_type, data)
+        # Keyed by the base64 text itself: splitting and decoding the frames is decode work.
+        payload = data.encode("utf-8")
+        self.check_encoded_size(len(payload))
+        return MediaRef(
+            payload,
+            lambda: load_jpeg_frames(payload, self.image_io, self.fps),
+            self._jpeg_frames_spec(),
+        )
+
+    def encode_base64(self, media: VideoFrames, *, video_format: str = "JPEG") -> str:
+        """``media`` as a ``video/jpeg`` payload: base64 JPEG frames joined by commas."""
+        if video_format.upper() != "JPEG":
+            raise ValueError(f"video_format must be 'JPEG', got {video_format!r}")
+        return ",".join(
+            self.image_io.encode_base64(Image.fromarray(np.asarray(frame)), image_format="JPEG")
+            for frame in media
+        )
+
+    def _jpeg_frames_spec(self) -> DecodeSpec:
+        # num_frames and the backend do not apply: every frame of the sequence is kept.
+        return DecodeSpec(
+            modality=self.modality,
+            decoder=f"{JPEG_FRAMES_BACKEND}/1",
+            video_backend=JPEG_FRAMES_BACKEND,
+            media_type=JPEG_FRAMES_MEDIA_TYPE,
+            fps=self.fps,
+            image=self.image_io.get_decode_spec().settings,
+        )
+
+    def __repr__(self) -> str:
+        options = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
+        return (
+            f"VideoMediaIO(num_frames={self.num_frames}, video_backend={self.video_backend!r}, "
+            f"fps={self.fps!r}{options})"
+        )
+
+
+def _decoder_version(loader: type[VideoLoader]) -> str:
+    # A loader written for vLLM's registry has no version tag; its qualified name still keeps
+    # its keys apart from other backends'.
+    version = getattr(loader, "decoder_version", None)
+    return version if isinstance(version, str) else f"{loader.__module__}.{loader.__qualname__}"
+
+
+def _check_loader_options(loader: type[VideoLoader], backend: str, options: dict[str, Any]) -> None:
+    parameters = inspect.signature(loader.load_bytes).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return  # the loader takes any option and answers for them itself
+    accepted = {
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    } - {"data", "num_frames", "fps"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise TypeError(
+            f"video backend {backend!r} does not accept the option(s) {unknown}; "
+            f"its options are {sorted(accepted)} besides num_frames, fps and video_backend"
+        )
+
+
+__all__ = ["RawBytesVideoMediaIO", "VideoMediaIO"]

@@ -1,0 +1,161 @@
+"""Decoding chosen frames with PyAV: sequentially by count, or by timestamp with keyframe seeks."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import av
+from av.container import InputContainer
+from av.video.stream import VideoStream
+
+from mediaref.video._frame_collector import FrameCollector
+from mediaref.video._pyav_container import FrameIndex, open_video_stream
+
+# A seek flushes the decoder, throwing away the frames its threads hold in flight, and the demuxer
+# has to find its place again. Below this many skipped frames, decoding through is as cheap.
+MIN_FRAMES_SKIPPED_BY_SEEK = 16
+
+# Seeks that landed past their target before falling back to decoding from the start.
+_SEEK_ATTEMPTS = 3
+
+
+class TimestampsUnusableError(Exception):
+    """A decoded frame carried no timestamp, so frames cannot be matched to the index."""
+
+
+class FrameDecoder:
+    """Frames of one payload in presentation order, counting every frame the codec produces.
+
+    Owns the open container: :meth:`frames_from_start` reopens the payload rather than seeking to
+    its start, because some demuxers (MPEG-TS) cannot seek back to the first frame reliably.
+    Use as a context manager; the container is closed on exit.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._opened = ExitStack()
+        self.frames_decoded = 0
+        self.packets_skipped = 0
+        self.container, self.stream = self._open()
+
+    def __enter__(self) -> FrameDecoder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._opened.close()
+
+    def _open(self) -> tuple[InputContainer, VideoStream]:
+        return self._opened.enter_context(open_video_stream(self._data))
+
+    def frames_from_start(self) -> Iterator[av.VideoFrame]:
+        self._opened.close()
+        self.container, self.stream = self._open()
+        return self.frames()
+
+    def frames_from_keyframe(self, pts: int) -> Iterator[av.VideoFrame]:
+        """Frames from the keyframe the demuxer finds for ``pts``; PyAV flushes the codec."""
+        self.container.seek(pts, stream=self.stream, backward=True, any_frame=False)
+        return self.frames()
+
+    def frames(self) -> Iterator[av.VideoFrame]:
+        """Frames from the demuxer's current position (the start, on a fresh open) to the end."""
+        for packet in self.container.demux(self.stream):
+            try:
+                # The empty packet at the end flushes the frames the codec still holds.
+                decoded = packet.decode()
+            except av.InvalidDataError:
+                # A damaged packet costs its frame, not the video, as in the ffmpeg CLI; a
+                # payload where nothing decodes still fails, with "no frame could be decoded".
+                self.packets_skipped += 1
+                continue
+            for frame in decoded:
+                self.frames_decoded += 1
+                yield frame
+
+
+def decode_sequentially(
+    frames: Iterator[av.VideoFrame], wanted: list[int] | None, collector: FrameCollector
+) -> int:
+    """Keep the frames whose ordinal is in ``wanted`` (ascending; every frame if None).
+
+    Returns how many frames were read, which is the stream's frame count when ``wanted`` is None.
+    """
+    pending = iter(wanted) if wanted is not None else None
+    next_wanted = next(pending, None) if pending is not None else None
+    count = 0
+    for ordinal, frame in enumerate(frames):
+        count = ordinal + 1
+        if pending is None:
+            collector.add(frame, ordinal)
+        elif ordinal == next_wanted:
+            collector.add(frame, ordinal)
+            next_wanted = next(pending, None)
+            if next_wanted is None:
+                break
+    return count
+
+
+def _frame_pts(frame: av.VideoFrame) -> int:
+    if frame.pts is None:
+        raise TimestampsUnusableError("a decoded frame has no timestamp")
+    return frame.pts
+
+
+def _seek_pays(index: FrameIndex, last_pts: int, keyframe: int | None) -> bool:
+    """Whether jumping to ``keyframe`` skips enough frames past ``last_pts`` to pay for itself."""
+    if keyframe is None or keyframe <= last_pts:
+        return False
+    skipped = index.position(keyframe) - index.position(last_pts) - 1
+    return skipped >= MIN_FRAMES_SKIPPED_BY_SEEK
+
+
+def _seek_at_or_before(
+    decoder: FrameDecoder, index: FrameIndex, keyframe: int, target: int
+) -> tuple[Iterator[av.VideoFrame], av.VideoFrame | None]:
+    """Frames starting at or before ``target``, and the first of them.
+
+    Demuxers seek by their own notion of time (MPEG-TS by decode timestamps, by bisecting the
+    file), so a seek to a keyframe can land on a later one. Each overshoot retries from the
+    keyframe before; after a few, the payload is decoded from its start instead.
+    """
+    end = bisect.bisect_right(index.keyframe_pts, keyframe)
+    for candidate in reversed(index.keyframe_pts[max(0, end - _SEEK_ATTEMPTS) : end]):
+        frames = decoder.frames_from_keyframe(candidate)
+        first = next(frames, None)
+        if first is not None and _frame_pts(first) <= target:
+            return frames, first
+    frames = decoder.frames_from_start()
+    return frames, next(frames, None)
+
+
+def decode_by_timestamp(
+    decoder: FrameDecoder, index: FrameIndex, wanted: list[int], collector: FrameCollector
+) -> None:
+    """Keep frame ``i`` for each ``i`` in ``wanted`` (ascending), seeking across long gaps.
+
+    Frame ``i`` is the frame presented at ``index.frame_pts[i]``: exactly frame ``i`` of a
+    sequential decode. If it cannot be decoded, the next frame that can stands in for it, under
+    its own index. Decoding starts from a fresh open of the payload (indexing left
+    the demuxer at the end) and seeks only where a keyframe lets it skip enough frames.
+    """
+    assert index.frame_pts is not None
+    frames = decoder.frames_from_start()
+    frame = next(frames, None)
+    last_pts: int | None = None
+    for frame_index in wanted:
+        target = index.frame_pts[frame_index]
+        if last_pts is not None:
+            keyframe = index.keyframe_at_or_before(target)
+            if keyframe is not None and _seek_pays(index, last_pts, keyframe):
+                frames, frame = _seek_at_or_before(decoder, index, keyframe, target)
+            else:
+                frame = next(frames, None)
+        while frame is not None and _frame_pts(frame) < target:
+            frame = next(frames, None)
+        if frame is None:
+            return  # the stream ended early (a truncated payload): keep what was found
+        last_pts = _frame_pts(frame)
+        # Normally ``frame_index`` itself; a later frame's index when a damaged packet lost it.
+        collector.add(frame, index.position(last_pts))

@@ -1,0 +1,538 @@
+"""VideoMediaIO, the video loader registry and the PyAV backend, on generated clips.
+
+Every clip paints each frame's index into the frame (tests/_video_samples.py), so the tests check
+which frames came back, not only how many.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any, ClassVar
+
+import av
+import numpy as np
+import pybase64
+import pytest
+import soundfile
+from PIL import Image
+
+import mediaref.video._pyav_decode as pyav_decode
+from _video_samples import (
+    encoder_unavailable_reason,
+    frame_pattern,
+    make_clip,
+    read_frame_index,
+)
+from mediaref.exceptions import MediaTooLargeError
+from mediaref.media.base import derive_media_key
+from mediaref.media.image import ImageMediaIO
+from mediaref.media.video import RawBytesVideoMediaIO, VideoMediaIO
+from mediaref.video import VIDEO_LOADER_REGISTRY, PyAVVideoBackend, sample_frame_indices
+
+# (codec, container): every codec in the container it usually travels in, plus the containers
+# whose headers carry no frame count (webm, matroska, mpegts) and MPEG-TS with B-frames, whose
+# demuxer seeks by decode time and lands past its target.
+CODEC_CASES = [
+    ("h264", "mp4"),
+    ("h264_bframes", "mp4"),
+    ("hevc", "mp4"),
+    ("vp9", "webm"),
+    ("av1", "mp4"),
+    ("av1", "webm"),
+    ("mpeg4", "mp4"),
+    ("h264", "matroska"),
+    ("h264_bframes", "mpegts"),
+]
+
+
+def _clip_or_skip(codec: str, container: str, **kwargs: Any) -> bytes:
+    reason = encoder_unavailable_reason(codec)
+    if reason is not None:
+        pytest.skip(reason)
+    return make_clip(codec, container, **kwargs)
+
+
+def video_io(**kwargs: Any) -> VideoMediaIO:
+    return VideoMediaIO(ImageMediaIO(), **kwargs)
+
+
+def painted_indices(frames: np.ndarray) -> list[int]:
+    return [read_frame_index(frame) for frame in frames]
+
+
+# --- frames and metadata --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("codec", "container"), CODEC_CASES)
+def test_every_frame_comes_back_in_order(codec: str, container: str) -> None:
+    data = _clip_or_skip(codec, container)
+
+    frames, metadata = video_io(num_frames=-1).load_bytes(data)
+
+    assert frames.dtype == np.uint8 and frames.shape == (30, 48, 64, 3)
+    assert painted_indices(frames) == list(range(30))
+    assert metadata["total_num_frames"] == 30
+    assert metadata["total_num_frames_source"] == "decode"
+    assert metadata["frames_indices"] == list(range(30))
+    assert metadata["do_sample_frames"] is True  # nothing sampled: the HF processor may sample
+    assert metadata["fps"] == 30.0 and metadata["duration"] == pytest.approx(1.0)
+    assert metadata["video_backend"] == "pyav"
+    assert (metadata["width"], metadata["height"]) == (64, 48)
+
+
+@pytest.mark.parametrize(("codec", "container"), CODEC_CASES)
+def test_sampled_frames_equal_those_of_a_sequential_decode(codec: str, container: str) -> None:
+    data = _clip_or_skip(codec, container, num_frames=120, keyframe_interval=10)
+    every_frame, _ = video_io(num_frames=-1).load_bytes(data)
+
+    frames, metadata = video_io(num_frames=5).load_bytes(data)
+
+    expected = np.linspace(0, 119, 5, dtype=int).tolist()  # vLLM's uniform sampling
+    assert metadata["frames_indices"] == expected == painted_indices(frames)
+    np.testing.assert_array_equal(frames, every_frame[expected])
+    assert metadata["do_sample_frames"] is False  # already sampled: HF must not sample again
+    assert metadata["total_num_frames"] == 120
+    # Gaps of 30 frames with a keyframe every 10: seeking skips most of the clip.
+    assert metadata["num_decoded_frames"] < 120
+
+
+@pytest.mark.parametrize(
+    ("container", "declared"), [("mp4", 120), ("webm", None), ("matroska", None)]
+)
+def test_header_frame_count_is_kept_apart_from_the_counted_one(
+    container: str, declared: int | None
+) -> None:
+    codec = "vp9" if container == "webm" else "h264"
+    data = _clip_or_skip(codec, container, num_frames=120)
+
+    _, metadata = video_io(num_frames=4).load_bytes(data)
+
+    assert metadata["header_num_frames"] == declared
+    assert metadata["total_num_frames"] == 120
+    assert metadata["total_num_frames_source"] == "demux"
+    assert metadata["duration"] == pytest.approx(4.0)
+
+
+def test_sampling_seeks_instead_of_decoding_the_whole_video(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = make_clip("h264", "mp4", num_frames=300, keyframe_interval=30)
+
+    frames, metadata = video_io(num_frames=4).load_bytes(data)
+
+    assert metadata["frames_indices"] == [0, 99, 199, 299] == painted_indices(frames)
+    # Frame 0, then keyframes 90, 180, 270 decoded forward to 99, 199, 299: about 61 frames.
+    assert metadata["num_decoded_frames"] < 100
+    # The counter is honest: with seeking disabled the same frames cost the whole clip.
+    monkeypatch.setattr(pyav_decode, "MIN_FRAMES_SKIPPED_BY_SEEK", 10**9)
+    sequential, sequential_metadata = video_io(num_frames=4).load_bytes(data)
+    assert sequential_metadata["num_decoded_frames"] == 300
+    np.testing.assert_array_equal(frames, sequential)
+
+
+def test_more_frames_than_the_video_has_returns_each_frame_once() -> None:
+    frames, metadata = video_io(num_frames=200).load_bytes(make_clip())
+
+    assert painted_indices(frames) == metadata["frames_indices"] == list(range(30))
+    assert metadata["do_sample_frames"] is True
+
+
+@pytest.mark.parametrize(
+    ("num_frames", "fps", "expected"),
+    [
+        (-1, 1.0, [0, 39, 79, 119]),  # 4 s at 1 fps: 4 frames
+        (2, 1.0, [0, 119]),  # num_frames caps the fps count
+        (-1, 2.0, np.linspace(0, 119, 8, dtype=int).tolist()),
+        (-1, 60.0, list(range(120))),  # faster than the video: every frame
+    ],
+)
+def test_fps_sampling_takes_the_smaller_of_the_two_counts(
+    num_frames: int, fps: float, expected: list[int]
+) -> None:
+    data = make_clip(num_frames=120)
+
+    frames, metadata = video_io(num_frames=num_frames, fps=fps).load_bytes(data)
+
+    assert metadata["frames_indices"] == expected == painted_indices(frames)
+
+
+def test_metadata_is_plain_json() -> None:
+    _, metadata = video_io(num_frames=4).load_bytes(make_clip())
+
+    assert json.loads(json.dumps(metadata)) == metadata  # no numpy scalars in the indices
+
+
+def test_resolution_change_mid_stream_keeps_the_first_size() -> None:
+    # Two MPEG-TS streams joined end to end: a new resolution, and timestamps that restart.
+    small = make_clip("h264", "mpegts", num_frames=20, width=64, height=48)
+    large = make_clip("h264", "mpegts", num_frames=20, width=128, height=96)
+
+    every_frame, _ = video_io(num_frames=-1).load_bytes(small + large)
+    frames, metadata = video_io(num_frames=5).load_bytes(small + large)
+
+    assert every_frame.shape == (40, 48, 64, 3)
+    assert metadata["frames_indices"] == [0, 9, 19, 29, 39]
+    assert painted_indices(frames[:3]) == [0, 9, 19]  # counted, since the timestamps repeat
+    np.testing.assert_array_equal(frames, every_frame[metadata["frames_indices"]])
+
+
+def test_sample_frame_indices_follows_vllm() -> None:
+    assert sample_frame_indices(10, 4, None, 30.0) == [0, 3, 6, 9]
+    assert sample_frame_indices(3, 8, None, 30.0) == [0, 1, 2]  # never repeats a frame
+    assert sample_frame_indices(300, -1, 0.5, 30.0) == [0, 74, 149, 224, 299]  # 10 s at 0.5 fps
+    assert sample_frame_indices(300, -1, 0.001, 30.0) == [0]  # at least one frame
+    assert sample_frame_indices(30, -1, 1.0, 0.0) == list(range(30))  # rate unknown: no fps cap
+
+
+# --- settings and keys ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_frames", [0, -2])
+def test_invalid_num_frames_is_rejected_at_construction(num_frames: int) -> None:
+    with pytest.raises(ValueError, match="num_frames"):
+        video_io(num_frames=num_frames)
+
+
+def test_invalid_fps_is_rejected_and_vllms_sentinel_means_no_cap() -> None:
+    with pytest.raises(ValueError, match="fps"):
+        video_io(fps=0)
+    with pytest.raises(TypeError, match="fps"):
+        video_io(fps="2")
+    assert video_io(fps=-1).get_decode_spec() == video_io().get_decode_spec()
+
+
+def test_spec_holds_every_output_affecting_setting() -> None:
+    settings = video_io(num_frames=8, fps=2.0).get_decode_spec().settings
+
+    assert settings == {
+        "modality": "video",
+        "decoder": PyAVVideoBackend.decoder_version,
+        "video_backend": "pyav",
+        "num_frames": 8,
+        "fps": 2.0,
+        "loader_kwargs": {},
+    }
+
+
+def test_settings_change_the_key_of_the_same_bytes() -> None:
+    data = make_clip()
+    keys = {
+        video_io(num_frames=8).load_bytes_ref(data).key,
+        video_io(num_frames=16).load_bytes_ref(data).key,
+        video_io(num_frames=8, fps=1.0).load_bytes_ref(data).key,
+        RawBytesVideoMediaIO().load_bytes_ref(data).key,
+    }
+    assert len(keys) == 4
+    same_settings = video_io(num_frames=8).load_bytes_ref(data).key
+    assert same_settings == video_io(num_frames=8).load_bytes_ref(data).key
+
+
+def test_refs_are_lazy_and_decode_to_load_bytes() -> None:
+    data = make_clip()
+    ref = video_io(num_frames=4).load_bytes_ref(data)
+
+    assert not ref.is_decoded
+    frames, metadata = ref.decode()
+    expected_frames, expected_metadata = video_io(num_frames=4).load_bytes(data)
+    np.testing.assert_array_equal(frames, expected_frames)
+    assert metadata == expected_metadata
+
+
+def test_other_base64_media_types_decode_the_container() -> None:
+    data = make_clip()
+    text = pybase64.b64encode(data).decode("ascii")
+    decoder = video_io(num_frames=4)
+
+    frames, _ = decoder.load_base64("video/mp4", text)
+
+    np.testing.assert_array_equal(frames, decoder.load_bytes(data)[0])
+    assert decoder.load_base64_ref("video/mp4", text).key == decoder.load_bytes_ref(data).key
+
+
+def test_encoded_size_cap_applies_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_MAX_VIDEO_FILESIZE_MB", "0.001")  # 1048 bytes
+    data = make_clip()
+    assert len(data) > 1048
+
+    with pytest.raises(MediaTooLargeError, match="video"):
+        video_io().load_bytes_ref(data)
+    with pytest.raises(MediaTooLargeError, match="video"):
+        video_io().load_base64_ref("video/jpeg", "A" * 2000)
+    with pytest.raises(MediaTooLargeError, match="video"):
+        RawBytesVideoMediaIO().load_bytes_ref(data)
+
+
+# --- the loader registry --------------------------------------------------------------------
+
+
+@pytest.fixture
+def recording_backend():
+    """A loader registered as "test-recording" for one test, with one option of its own."""
+
+    @VIDEO_LOADER_REGISTRY.register("test-recording")
+    class RecordingLoader:
+        decoder_version: ClassVar[str] = "test-recording/1"
+        calls: ClassVar[list[tuple[Any, ...]]] = []
+
+        @classmethod
+        def load_bytes(
+            cls, data: bytes, num_frames: int = -1, fps: float | None = None, *, level: int = 0
+        ) -> tuple[np.ndarray, dict[str, Any]]:
+            cls.calls.append((data, num_frames, fps, level))
+            return np.full((1, 2, 2, 3), level, np.uint8), {"video_backend": "test-recording"}
+
+    yield RecordingLoader
+    VIDEO_LOADER_REGISTRY.unregister("test-recording")
+
+
+def test_unknown_backend_error_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"'nope'.*'pyav'"):
+        VIDEO_LOADER_REGISTRY.load("nope")
+    with pytest.raises(ValueError, match=r"'nope'.*'pyav'"):
+        video_io(video_backend="nope")
+
+
+def test_pyav_is_registered_as_the_default() -> None:
+    assert VIDEO_LOADER_REGISTRY.load("pyav") is PyAVVideoBackend
+    assert video_io().video_backend == "pyav"
+
+
+def test_backend_options_reach_the_loader_and_the_spec(recording_backend: Any) -> None:
+    decoder = video_io(video_backend="test-recording", num_frames=3, fps=2.0, level=7)
+
+    frames, _ = decoder.load_bytes(b"payload")
+
+    assert recording_backend.calls == [(b"payload", 3, 2.0, 7)]
+    assert frames[0, 0, 0, 0] == 7
+    settings = decoder.get_decode_spec().settings
+    assert settings["loader_kwargs"] == {"level": 7}
+    assert settings["decoder"] == "test-recording/1"
+    assert settings["video_backend"] == "test-recording"
+
+
+def test_unknown_backend_option_is_rejected(recording_backend: Any) -> None:
+    with pytest.raises(TypeError, match=r"'test-recording'.*\['levle'\]"):
+        video_io(video_backend="test-recording", levle=7)
+    with pytest.raises(TypeError, match=r"'pyav'.*\['level'\]"):
+        video_io(level=7)
+
+
+def test_environment_chooses_the_backend_and_an_explicit_one_wins(
+    recording_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VLLM_VIDEO_LOADER_BACKEND", "test-recording")
+
+    assert video_io().video_backend == "test-recording"
+    assert video_io(video_backend="pyav").video_backend == "pyav"
+
+
+def test_a_taken_backend_name_is_not_silently_replaced(recording_backend: Any) -> None:
+    with pytest.raises(ValueError, match="already registered"):
+
+        @VIDEO_LOADER_REGISTRY.register("test-recording")
+        class Impostor:
+            pass
+
+    assert VIDEO_LOADER_REGISTRY.load("test-recording") is recording_backend
+
+
+# --- video/jpeg frame sequences ---------------------------------------------------------------
+
+
+def _jpeg_frames_text(indices: list[int]) -> str:
+    encoded = []
+    for index in indices:
+        buffer = io.BytesIO()
+        Image.fromarray(frame_pattern(index, 64, 48)).save(buffer, "JPEG", quality=95)
+        encoded.append(pybase64.b64encode(buffer.getvalue()).decode("ascii"))
+    return ",".join(encoded)
+
+
+def test_jpeg_frames_decode_into_a_stack() -> None:
+    text = _jpeg_frames_text([5, 9, 12])
+
+    frames, metadata = video_io().load_base64("video/jpeg", text)
+
+    assert frames.dtype == np.uint8 and frames.shape == (3, 48, 64, 3)
+    assert painted_indices(frames) == [5, 9, 12]
+    assert metadata["video_backend"] == "jpeg_frames"
+    assert metadata["total_num_frames"] == 3 and metadata["frames_indices"] == [0, 1, 2]
+    assert metadata["fps"] == 2.0 and metadata["duration"] == pytest.approx(1.5)
+    assert video_io(fps=4.0).load_base64("VIDEO/JPEG", text)[1]["fps"] == 4.0
+
+
+def test_jpeg_frames_ref_is_keyed_by_the_base64_text() -> None:
+    text = _jpeg_frames_text([1, 2])
+    decoder = video_io()
+
+    ref = decoder.load_base64_ref("video/jpeg", text)
+
+    assert not ref.is_decoded
+    assert ref.spec.settings["media_type"] == "video/jpeg"
+    assert ref.spec.settings["image"] == ImageMediaIO().get_decode_spec().settings
+    assert ref.key == derive_media_key(text.encode("utf-8"), ref.spec)
+    np.testing.assert_array_equal(ref.decode()[0], decoder.load_base64("video/jpeg", text)[0])
+    assert video_io(fps=4.0).load_base64_ref("video/jpeg", text).key != ref.key
+
+
+def test_encode_base64_round_trips_through_jpeg_frames() -> None:
+    decoder = video_io()
+    frames = np.stack([frame_pattern(i, 64, 48) for i in (3, 4)])
+
+    decoded, _ = decoder.load_base64("video/jpeg", decoder.encode_base64(frames))
+
+    assert painted_indices(decoded) == [3, 4]
+
+
+def test_a_bad_jpeg_frame_fails_at_decode_time_naming_the_frame() -> None:
+    text = _jpeg_frames_text([1]) + "," + pybase64.b64encode(b"not a jpeg").decode("ascii")
+
+    ref = video_io().load_base64_ref("video/jpeg", text)
+    with pytest.raises(ValueError, match=r"^Failed to decode video: JPEG frame 1"):
+        ref.decode()
+
+
+def test_a_jpeg_frame_over_the_pixel_cap_keeps_its_error_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("VLLM_MAX_IMAGE_PIXELS", "100")  # each 64x48 frame has 3072
+    ref = video_io().load_base64_ref("video/jpeg", _jpeg_frames_text([1, 2]))
+
+    with pytest.raises(MediaTooLargeError):
+        ref.decode()
+
+
+# --- the raw-bytes decoder ------------------------------------------------------------------
+
+
+def test_raw_bytes_decoder_returns_the_container_itself() -> None:
+    data = make_clip()
+    decoder = RawBytesVideoMediaIO()
+
+    assert decoder.load_bytes(data) is data
+    ref = decoder.load_bytes_ref(data)
+    assert ref.decode() is data
+    assert ref.spec.settings["video_decode"] == "raw_bytes"
+    assert ref.spec.settings["modality"] == "video"
+    assert ref.key != video_io().load_bytes_ref(data).key
+    text = pybase64.b64encode(data).decode("ascii")
+    assert decoder.load_base64("video/mp4", text) == data
+
+
+def test_raw_bytes_decoder_refuses_jpeg_frames_at_decode_time() -> None:
+    ref = RawBytesVideoMediaIO().load_base64_ref("video/jpeg", _jpeg_frames_text([1, 2]))
+
+    with pytest.raises(ValueError, match=r"^Failed to decode video: .*video/jpeg"):
+        ref.decode()
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+
+def _audio_only_wav() -> bytes:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.zeros(800, np.float32), 8000, format="WAV")
+    return buffer.getvalue()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(bytes(range(256)) * 40, id="garbage"),
+        pytest.param(make_clip()[: len(make_clip()) // 2], id="truncated-mp4"),
+        pytest.param(make_clip()[:64], id="header-only"),
+        pytest.param(_audio_only_wav(), id="no-video-stream"),
+    ],
+)
+@pytest.mark.parametrize("num_frames", [-1, 4])
+def test_undecodable_payload_fails_at_decode_time_with_one_error(
+    payload: bytes, num_frames: int
+) -> None:
+    ref = video_io(num_frames=num_frames).load_bytes_ref(payload)  # construction never decodes
+
+    with pytest.raises(ValueError, match=r"^Failed to decode video: ") as first:
+        ref.decode()
+    with pytest.raises(ValueError) as second:
+        ref.decode()
+    assert second.value is first.value
+
+
+@pytest.mark.timeout(30)
+def test_truncated_stream_keeps_the_frames_before_the_cut() -> None:
+    data = make_clip("vp9", "webm", num_frames=120)
+
+    frames, metadata = video_io(num_frames=4).load_bytes(data[: len(data) // 2])
+
+    assert 0 < metadata["total_num_frames"] < 120
+    assert painted_indices(frames) == metadata["frames_indices"]
+
+
+def test_a_damaged_packet_costs_its_frame_not_the_video() -> None:
+    data = bytearray(make_clip("h264", "mp4", num_frames=60))
+    with av.open(io.BytesIO(bytes(data))) as container:
+        packets = [(p.pos, p.size) for p in container.demux(video=0) if p.size]
+    position, size = packets[25]
+    # Ones as NAL lengths point past the packet's end: the decoder rejects the whole packet.
+    data[position : position + size] = b"\xff" * size
+
+    frames, metadata = video_io(num_frames=-1).load_bytes(bytes(data))
+
+    assert metadata["num_skipped_packets"] == 1
+    assert len(frames) == metadata["total_num_frames"] == 59
+    assert painted_indices(frames[:25]) == list(range(25))
+
+
+def test_a_concat_script_cannot_read_local_files(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # FFmpeg's concat demuxer opens the files a payload names, relative to the working directory.
+    (tmp_path / "secret.mp4").write_bytes(make_clip())
+    monkeypatch.chdir(tmp_path)
+
+    with pytest.raises(ValueError, match=r"^Failed to decode video: "):
+        video_io(num_frames=-1).load_bytes(b"ffconcat version 1.0\nfile secret.mp4\n")
+
+
+class _TrackedContainer:
+    """Forwards to a PyAV container and remembers whether it was closed."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        self._inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize(
+    ("payload", "num_frames"),
+    [
+        pytest.param(make_clip(num_frames=120), -1, id="every-frame"),
+        pytest.param(make_clip(num_frames=120), 4, id="sampled-with-seeks"),
+        pytest.param(_audio_only_wav(), 4, id="no-video-stream"),
+    ],
+)
+def test_every_opened_container_is_closed(
+    payload: bytes, num_frames: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[_TrackedContainer] = []
+    real_open = av.open
+
+    def tracking_open(*args: Any, **kwargs: Any) -> _TrackedContainer:
+        opened.append(_TrackedContainer(real_open(*args, **kwargs)))
+        return opened[-1]
+
+    monkeypatch.setattr(av, "open", tracking_open)
+    try:
+        video_io(num_frames=num_frames).load_bytes(payload)
+    except ValueError:
+        pass
+
+    assert opened and all(container.closed for container in opened)
