@@ -1,0 +1,16 @@
+"""The connector's transport pieces, one concept per module.
+
+``url_policy``  which http(s) URLs may be fetched: scheme, parser agreement, domains, IP literals
+``addresses``   which resolved addresses may be connected to, and the resolver that enforces it
+``data_url``    RFC 2397 ``data:`` URLs (base64 only)
+``local_file``  ``file:`` URLs confined to the allowed local media path
+``http_client`` the shared aiohttp sessions, one pair per event loop
+``http_download`` one capped, streamed, retried download with per-hop redirect checks
+``disk_cache``  the on-disk download cache shared by processes
+``budget``      the per-request download budget
+``errors``      the one table that maps lower-level exceptions into ``mediaref.exceptions``
+``loop_thread`` the private event loop that the synchronous API runs downloads on
+``registry``    the connector registry behind ``MEDIA_CONNECTOR_REGISTRY``
+
+Nothing here is public; :mod:`mediaref.media.connector` composes it.
+"""

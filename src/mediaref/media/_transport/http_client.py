@@ -1,0 +1,150 @@
+"""The aiohttp sessions that media downloads go through, and the environment's proxy choice.
+
+Sessions pool connections, so they are shared: one :class:`MediaHTTPClient` (normally the
+process-wide default) keeps, per event loop, one session that resolves hostnames through
+:class:`~mediaref.media._transport.addresses.PolicyResolver` and one that uses the system
+resolver, for connectors that allow private addresses and for requests sent through a proxy
+(where the proxy, an operator's choice, may well be on a private address and the target is checked
+before the request; see ``http_download``). A session belongs to the loop it was made on, and is
+closed when that loop shuts down its async generators, as ``asyncio.run`` and ``asyncio.Runner``
+do on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import urllib.request
+from collections.abc import AsyncIterator
+
+import aiohttp
+from yarl import URL
+
+from mediaref.media._transport.addresses import PolicyResolver
+
+_USER_AGENT = "mediaref"
+_DEFAULT_HEADERS = {
+    "User-Agent": _USER_AGENT,
+    # Media is compressed already; asking for identity keeps the bytes read equal to the bytes
+    # counted against the size cap instead of inflating them client-side.
+    "Accept-Encoding": "identity",
+}
+
+
+def _proxy_setting(name: str) -> str | None:
+    # Lowercase wins, as in urllib. Under CGI, HTTP_PROXY is a request header ("httpoxy"), so the
+    # uppercase http form is ignored there. Reading a few names directly instead of through
+    # urllib.request.getproxies() avoids scanning the whole environment on every request.
+    value = os.environ.get(name)
+    if value is None and not (name == "http_proxy" and "REQUEST_METHOD" in os.environ):
+        value = os.environ.get(name.upper())
+    return value or None
+
+
+def env_proxy_for(url: URL) -> tuple[URL, aiohttp.BasicAuth | None] | None:
+    """The proxy that ``http_proxy`` / ``https_proxy`` / ``no_proxy`` name for ``url``, if any."""
+    raw = _proxy_setting(f"{url.scheme}_proxy")
+    if raw is None:
+        return None
+    no_proxy = _proxy_setting("no_proxy")
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if no_proxy and bypass(url.raw_host or "", {"no": no_proxy}):
+        return None
+    proxy = URL(raw if "://" in raw else f"http://{raw}")
+    auth = aiohttp.BasicAuth(proxy.user, proxy.password or "") if proxy.user else None
+    return proxy.with_user(None), auth
+
+
+class _LoopSessions:
+    """The two sessions of one event loop, created on first use."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
+        self.closed = False
+        # The loop only keeps a weak reference to the generator that closes these sessions at its
+        # shutdown; this strong one keeps it from being collected (and run) early.
+        self.shutdown_guard: AsyncIterator[None] | None = None
+
+    def get(self, check_addresses: bool) -> aiohttp.ClientSession:
+        session = self._sessions.get(check_addresses)
+        if session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self._limit, resolver=PolicyResolver() if check_addresses else None
+            )
+            session = aiohttp.ClientSession(
+                connector=connector, headers=_DEFAULT_HEADERS, trust_env=False
+            )
+            self._sessions[check_addresses] = session
+        return session
+
+    async def close(self) -> None:
+        self.closed = True
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()
+
+
+class MediaHTTPClient:
+    """Shared aiohttp sessions for media downloads, per event loop (see the module docstring)."""
+
+    def __init__(self, *, limit: int = 100) -> None:
+        self._limit = limit
+        self._by_loop: dict[asyncio.AbstractEventLoop, _LoopSessions] = {}
+        self._lock = threading.Lock()  # loops on several threads may share one client
+
+    async def session(self, *, check_addresses: bool) -> aiohttp.ClientSession:
+        """The session for the running loop; ``check_addresses`` selects the policy resolver."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            sessions = self._by_loop.get(loop)
+            is_new = sessions is None or sessions.closed
+            if is_new:
+                # Loops closed without shutting down their generators leave entries behind.
+                for stale in [lp for lp in self._by_loop if lp.is_closed()]:
+                    del self._by_loop[stale]
+                sessions = self._by_loop[loop] = _LoopSessions(self._limit)
+        assert sessions is not None
+        if is_new:
+            # Starting this generator registers it with the loop, whose shutdown_asyncgens()
+            # finalizes it on exit; its finally block closes the loop's sessions.
+            guard = self._close_at_loop_shutdown(loop, sessions)
+            sessions.shutdown_guard = guard
+            await guard.__anext__()
+        return sessions.get(check_addresses)
+
+    async def _close_at_loop_shutdown(
+        self, loop: asyncio.AbstractEventLoop, sessions: _LoopSessions
+    ) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._by_loop.get(loop) is sessions:
+                    del self._by_loop[loop]
+            await sessions.close()
+
+    async def close(self) -> None:
+        """Close the running loop's sessions now; later downloads open new ones."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            sessions = self._by_loop.pop(loop, None)
+        if sessions is not None:
+            await sessions.close()
+
+
+_default_client: MediaHTTPClient | None = None
+_default_lock = threading.Lock()
+
+
+def default_http_client() -> MediaHTTPClient:
+    """The process-wide client that connectors use unless given their own."""
+    global _default_client
+    with _default_lock:
+        if _default_client is None:
+            _default_client = MediaHTTPClient()
+        return _default_client
+
+
+__all__ = ["MediaHTTPClient", "default_http_client", "env_proxy_for"]

@@ -1,0 +1,122 @@
+"""``data:`` URLs: RFC 2397 base64 only, parameters accepted, errors clear, size checked first."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pybase64
+import pytest
+from _http_server import clean_transport_env, connector, http_client  # noqa: F401  (fixtures)
+from _raw_media import RawMediaIO
+
+from mediaref.exceptions import (
+    MediaClientError,
+    MediaNotAllowedError,
+    MediaTooLargeError,
+    describe_url,
+)
+from mediaref.media._transport import data_url
+from mediaref.media._transport.http_client import MediaHTTPClient
+from mediaref.media.connector import MediaConnector
+
+PAYLOAD = os.urandom(3000)
+B64 = pybase64.b64encode(PAYLOAD).decode("ascii")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "image/png;base64",
+        "image/png;charset=utf-8;base64",
+        "IMAGE/PNG;name=a.png;BASE64",
+        ";base64",  # no media type: RFC 2397's text/plain
+    ],
+)
+def test_base64_data_url_round_trips(connector: MediaConnector, header: str) -> None:
+    ref = connector.fetch_image(f"data:{header},{B64}", RawMediaIO())
+    assert ref.data == PAYLOAD and ref.decode() == PAYLOAD
+
+
+def test_sync_and_async_agree(connector: MediaConnector) -> None:
+    url = f"data:image/png;base64,{B64}"
+    sync_ref = connector.fetch_image(url, RawMediaIO())
+    async_ref = asyncio.run(connector.fetch_image_async(url, RawMediaIO()))
+    assert sync_ref.key == async_ref.key and async_ref.data == PAYLOAD
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        (f"data:image/png;base64{B64}", "no comma"),
+        ("data:image/png,hello%20world", "only base64"),
+        (f"data:image/png;charset=utf-8,{B64}", "only base64"),
+        (f"data:image/png;nonsense;base64,{B64}", "not name=value"),
+        ("data:image/png;base64,****", "invalid base64"),
+        (f"data:image/png;base64,{B64[:-1]}", "invalid base64"),  # bad padding
+        (f"data:image/png;base64,{B64[:100]}\n{B64[100:]}", "invalid base64"),  # no whitespace
+        ("data:image/png;base64,ÿÿÿÿ", "invalid base64"),
+    ],
+)
+def test_malformed_data_url_is_a_client_error(
+    connector: MediaConnector, url: str, reason: str
+) -> None:
+    with pytest.raises(MediaClientError, match=reason) as caught:
+        connector.fetch_image(url, RawMediaIO())
+    assert type(caught.value) is MediaClientError
+
+
+def test_error_message_names_a_shortened_data_url(connector: MediaConnector) -> None:
+    url = f"data:image/png;base64,{B64}*"
+    with pytest.raises(MediaClientError) as caught:
+        connector.fetch_image(url, RawMediaIO())
+    message = str(caught.value)
+    assert describe_url(url) in message
+    assert B64 not in message and len(message) < 300
+
+
+def test_oversized_payload_is_refused_before_decoding(
+    connector: MediaConnector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decodes = []
+    real_decode = pybase64.b64decode
+
+    def counting_decode(*args: Any, **kwargs: Any) -> bytes:
+        decodes.append(1)
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(data_url.pybase64, "b64decode", counting_decode)
+    url = f"data:image/png;base64,{B64}"
+    with pytest.raises(MediaTooLargeError):
+        connector.fetch_image(url, RawMediaIO(max_bytes=len(PAYLOAD) - 1))
+    assert decodes == []
+    assert connector.fetch_image(url, RawMediaIO(max_bytes=len(PAYLOAD))).data == PAYLOAD
+    assert decodes == [1]
+
+
+def test_video_jpeg_data_url_goes_to_the_decoders_base64_form(connector: MediaConnector) -> None:
+    frames = ",".join(pybase64.b64encode(f"frame{i}".encode()).decode() for i in range(3))
+    io = RawMediaIO()
+    # RawMediaIO's inherited load_base64_ref would reject the comma-joined frames: the
+    # connector must hand the text over untouched rather than decode it itself.
+    with pytest.raises(ValueError):
+        connector.fetch_video(f"data:video/jpeg;base64,{frames}", io)
+    assert (io.base64_refs, io.bytes_refs) == (1, 0)
+
+
+def test_data_urls_are_not_subject_to_domain_or_address_policy(
+    http_client: MediaHTTPClient,
+) -> None:
+    request = MediaConnector(
+        http_client, allowed_media_domains=["example.com"], allow_private_ips=False
+    )
+    assert request.fetch_image(f"data:image/png;base64,{B64}", RawMediaIO()).data == PAYLOAD
+
+
+@pytest.mark.parametrize(
+    "url", ["gopher://x/y", "javascript:alert(1)", "/etc/passwd", "C:\\media\\a.png"]
+)
+def test_unsupported_schemes_are_refused(connector: MediaConnector, url: str) -> None:
+    with pytest.raises(MediaNotAllowedError, match="unsupported URL scheme"):
+        connector.fetch_image(url, RawMediaIO())
