@@ -44,7 +44,9 @@ class ProcessorFactories:
 class MultiModalRegistry:
     """Looks up and builds the multimodal processor for a model."""
 
-    def __init__(self, builtin_modules: tuple[str, ...] = _BUILTIN_FAMILY_MODULES) -> None:
+    def __init__(self, builtin_modules: tuple[str, ...] = ()) -> None:
+        """``builtin_modules`` are imported on first lookup; they register with this registry
+        by importing it, so only the process-wide :data:`MULTIMODAL_REGISTRY` names them."""
         self._families: dict[str, ProcessorFactories] = {}
         self._builtin_modules = builtin_modules
         self._builtins_loaded = False
@@ -130,7 +132,7 @@ class MultiModalRegistry:
         return factories.processor(info, factories.dummy_inputs(info), cache=cache)
 
 
-MULTIMODAL_REGISTRY = MultiModalRegistry()
+MULTIMODAL_REGISTRY = MultiModalRegistry(_BUILTIN_FAMILY_MODULES)
 """The process-wide registry the built-in families register with."""
 
 __all__ = ["MULTIMODAL_REGISTRY", "MultiModalRegistry", "ProcessorFactories"]

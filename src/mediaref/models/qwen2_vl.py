@@ -7,14 +7,20 @@ copies. ``pixel_values`` holds all items' patches concatenated, cut per item by 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from mediaref.inputs import MultiModalKwargsItems
-from mediaref.parse import MultiModalDataItems, MultiModalDataParser
+from mediaref.exceptions import VLLMValidationError
+from mediaref.inputs import ModalityData, MultiModalKwargsItems
+from mediaref.parse import (
+    DictEmbeddingItems,
+    ModalityDataItems,
+    MultiModalDataItems,
+    MultiModalDataParser,
+)
 from mediaref.processing.context import BaseProcessingInfo
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 from mediaref.processing.fields import MultiModalFieldConfig
@@ -59,12 +65,58 @@ class Qwen2VLDummyInputsBuilder(BaseDummyInputsBuilder[Qwen2VLProcessingInfo]):
         }
 
 
+def _embedding_fields(
+    modality: str, merge_length: int
+) -> Callable[[Mapping[str, Any]], Mapping[str, MultiModalFieldConfig]]:
+    def fields(data: Mapping[str, Any]) -> Mapping[str, MultiModalFieldConfig]:
+        grid = data[f"{modality}_grid_thw"]
+        return {
+            f"{modality}_embeds": MultiModalFieldConfig.flat_from_sizes(
+                modality, grid.prod(-1) // merge_length
+            ),
+            f"{modality}_grid_thw": MultiModalFieldConfig.batched(modality),
+        }
+
+    return fields
+
+
+class Qwen2VLDataParser(MultiModalDataParser):
+    """Precomputed embeddings come as ``{"image_embeds", "image_grid_thw"}`` (or ``video_*``):
+    the grid says how many tokens each item's rows are, which a bare tensor cannot."""
+
+    def __init__(self, merge_size: int) -> None:
+        super().__init__(video_needs_metadata=False)
+        self._merge_length = merge_size**2
+
+    def _parse_embedding_dict(self, modality: str, data: ModalityData[Any]) -> ModalityDataItems[Any, Any] | None:
+        if isinstance(data, Mapping):
+            return DictEmbeddingItems(
+                data,
+                modality,
+                {f"{modality}_embeds", f"{modality}_grid_thw"},
+                _embedding_fields(modality, self._merge_length),
+            )
+        if self.is_embeddings(data):
+            raise VLLMValidationError(
+                f"Qwen2-VL takes {modality} embeddings as a dict with '{modality}_embeds' and "
+                f"'{modality}_grid_thw', not a bare tensor",
+                parameter=modality,
+            )
+        return None
+
+    def _parse_image_data(self, data: ModalityData[Any]) -> ModalityDataItems[Any, Any] | None:
+        return self._parse_embedding_dict("image", data) or super()._parse_image_data(data)
+
+    def _parse_video_data(self, data: ModalityData[Any]) -> ModalityDataItems[Any, Any] | None:
+        return self._parse_embedding_dict("video", data) or super()._parse_video_data(data)
+
+
 @MULTIMODAL_REGISTRY.register_processor(
     "qwen2_vl", info=Qwen2VLProcessingInfo, dummy_inputs=Qwen2VLDummyInputsBuilder
 )
 class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo]):
     def _get_data_parser(self) -> MultiModalDataParser:
-        return MultiModalDataParser(video_needs_metadata=False)
+        return Qwen2VLDataParser(self.info.get_merge_size())
 
     def _call_hf_processor(
         self,
@@ -83,10 +135,17 @@ class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo])
     ) -> Mapping[str, MultiModalFieldConfig]:
         image_grid = hf_inputs.get("image_grid_thw", torch.empty((0, 3), dtype=torch.long))
         video_grid = hf_inputs.get("video_grid_thw", torch.empty((0, 3), dtype=torch.long))
+        merge_length = self.info.get_merge_size() ** 2
         return {
             "pixel_values": MultiModalFieldConfig.flat_from_sizes("image", image_grid.prod(-1)),
+            "image_embeds": MultiModalFieldConfig.flat_from_sizes(
+                "image", image_grid.prod(-1) // merge_length
+            ),
             "image_grid_thw": MultiModalFieldConfig.batched("image"),
             "pixel_values_videos": MultiModalFieldConfig.flat_from_sizes("video", video_grid.prod(-1)),
+            "video_embeds": MultiModalFieldConfig.flat_from_sizes(
+                "video", video_grid.prod(-1) // merge_length
+            ),
             "video_grid_thw": MultiModalFieldConfig.batched("video"),
         }
 
@@ -117,4 +176,4 @@ class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo])
         return updates
 
 
-__all__ = ["Qwen2VLDummyInputsBuilder", "Qwen2VLMultiModalProcessor", "Qwen2VLProcessingInfo"]
+__all__ = ["Qwen2VLDataParser", "Qwen2VLDummyInputsBuilder", "Qwen2VLMultiModalProcessor", "Qwen2VLProcessingInfo"]

@@ -66,10 +66,10 @@ class MultiModalFieldConfig:
         if self.kind == "flat":
             assert self.slices is not None
             total = len(batch)
-            if self.slices and self.slices[-1].stop != total:
-                raise ValueError(
-                    f"field {key!r}: item sizes cover {self.slices[-1].stop} rows of {total}"
-                )
+            # No items must mean no rows too: otherwise the rows would be dropped silently.
+            covered = self.slices[-1].stop if self.slices else 0
+            if covered != total:
+                raise ValueError(f"field {key!r}: item sizes cover {covered} rows of {total}")
             return [MultiModalFieldElem(self.modality, key, batch[s], "flat") for s in self.slices]
         assert self.batch_size is not None
         return [MultiModalFieldElem(self.modality, key, batch, "shared")] * self.batch_size

@@ -128,8 +128,15 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
     ) -> ProcessorInputs:
         """Parse ``mm_data`` into :class:`ProcessorInputs`, taking ownership of forks of its refs."""
         owned = {modality: _fork_refs(data) for modality, data in mm_data.items()}
-        mm_items = self._get_data_parser().parse_mm_data(owned)
-        self._validate_mm_counts(mm_items)
+        try:
+            mm_items = self._get_data_parser().parse_mm_data(owned)
+            self._validate_mm_counts(mm_items)
+        except BaseException:
+            for data in owned.values():  # a rejected request gives its forks back at once
+                for item in data if isinstance(data, list) else [data]:
+                    if isinstance(item, MediaRef):
+                        item.release()
+            raise
         return ProcessorInputs(
             prompt=prompt,
             mm_data_items=mm_items,
