@@ -644,3 +644,20 @@ def test_refs_decode_in_parallel_threads() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         parallel = list(pool.map(lambda ref: pixels(ref.decode()), refs))
     assert all(np.array_equal(a, b) for a, b in zip(serial, parallel, strict=True))
+
+
+def test_webp_ref_reads_only_riff_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Opening a WebP sets up Pillow's whole animation decoder; the key needs only the RIFF chunks.
+    plain = encode(gradient_rgb(40, 26), "WEBP", quality=80)
+    with_id = encode(gradient_rgb(40, 26), "WEBP", lossless=True, exif=exif_block(image_id=IMAGE_ID))
+    opened: list[object] = []
+    real_open = WebPImagePlugin.WebPImageFile._open
+    monkeypatch.setattr(
+        WebPImagePlugin.WebPImageFile, "_open", lambda self: (opened.append(self), real_open(self))[1]
+    )
+    io_ = ImageMediaIO()
+    refs = [io_.load_bytes_ref(plain), io_.load_bytes_ref(with_id)]
+    assert opened == []
+    assert refs[0].key == derive_media_key(plain, io_.get_decode_spec())
+    assert refs[1].key == derive_identity_key("exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec())
+    assert refs[0].decode().size == (40, 26) and len(opened) == 1

@@ -117,6 +117,23 @@ def _webp_canvas_size(head: bytes) -> tuple[int, int] | None:
     return None
 
 
+def check_pillow_refusal(size: tuple[int, int]) -> None:
+    """Refuse at fetch time what Pillow's WebP plugin would refuse when it opens the file.
+
+    Without it, a canvas over twice ``Image.MAX_IMAGE_PIXELS`` would pass the header read and
+    fail only at decode time, whatever ``VLLM_MAX_IMAGE_PIXELS`` allows.
+    """
+    pillow_limit = Image.MAX_IMAGE_PIXELS
+    width, height = size
+    if pillow_limit and width * height > 2 * pillow_limit:
+        refusal = Image.DecompressionBombError(
+            f"Image size ({width * height} pixels) exceeds limit of {2 * pillow_limit} pixels"
+        )
+        raise MediaTooLargeError(
+            f"image exceeds Pillow's process-wide Image.MAX_IMAGE_PIXELS limit: {refusal}"
+        ) from refusal
+
+
 def check_pixel_limit(size: tuple[int, int]) -> None:
     """Raise :class:`MediaTooLargeError` above ``VLLM_MAX_IMAGE_PIXELS`` (0 or less: no cap)."""
     limit = envs.VLLM_MAX_IMAGE_PIXELS
@@ -137,14 +154,41 @@ def read_exif_image_id(image: ImageFile.ImageFile) -> bytes | None:
     if isinstance(image, PngImagePlugin.PngImageFile) and "exif" not in image.info:
         return None
     try:
-        exif = image.getexif()
-        value = exif.get_ifd(ExifTags.IFD.Exif).get(_EXIF_IMAGE_UNIQUE_ID)
-        if value is None:  # the standard puts it in the Exif IFD; some writers use IFD0
-            value = exif.get(_EXIF_IMAGE_UNIQUE_ID)
+        return _image_id_from_exif(image.getexif())
     except Exception:  # noqa: BLE001
         # A damaged EXIF block costs only the shared key: the image keys off its bytes, and
         # decode decides whether the pixels are readable.
         return None
+
+
+def webp_header(data: bytes) -> tuple[tuple[int, int], bytes | None] | None:
+    """A WebP's canvas size and EXIF ImageID from its RIFF chunk headers, or None if not WebP.
+
+    Opening a WebP with Pillow sets up the whole animation decoder (it reserves the canvas), which
+    costs milliseconds; the RIFF container says everything the key needs without that.
+    """
+    size = _webp_canvas_size(data[:_WEBP_HEADER_BYTES])
+    if size is None:
+        return None
+    offset, end = 12, min(len(data), 8 + int.from_bytes(data[4:8], "little"))
+    while offset + 8 <= end:
+        fourcc = data[offset : offset + 4]
+        length = int.from_bytes(data[offset + 4 : offset + 8], "little")
+        if fourcc == b"EXIF":
+            exif = Image.Exif()
+            try:
+                exif.load(data[offset + 8 : offset + 8 + length])
+                return size, _image_id_from_exif(exif)
+            except Exception:  # noqa: BLE001 - as in read_exif_image_id
+                return size, None
+        offset += 8 + length + (length & 1)  # chunks are padded to an even length
+    return size, None
+
+
+def _image_id_from_exif(exif: Image.Exif) -> bytes | None:
+    value = exif.get_ifd(ExifTags.IFD.Exif).get(_EXIF_IMAGE_UNIQUE_ID)
+    if value is None:  # the standard puts it in the Exif IFD; some writers use IFD0
+        value = exif.get(_EXIF_IMAGE_UNIQUE_ID)
     if isinstance(value, str):
         value = value.encode("utf-8", "surrogateescape")
     if not isinstance(value, bytes):

@@ -26,8 +26,11 @@ from mediaref import envs
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media._image_header import (
     ImageHeader,
+    check_pillow_refusal,
+    check_pixel_limit,
     open_image_header,
     read_exif_image_id,
+    webp_header,
 )
 from mediaref.media._image_pixels import BackgroundColor, convert_image_mode, decode_first_frame
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key
@@ -85,6 +88,12 @@ class ImageMediaIO(MediaIO[Image.Image]):
         about the image fails here.
         """
         self.check_encoded_size(len(data))
+        webp = webp_header(data)
+        if webp is not None:
+            size, image_id = webp
+            check_pixel_limit(size)
+            check_pillow_refusal(size)
+            return MediaRef(data, lambda: self.load_bytes(data), self._spec, key=self._key_for(image_id))
         try:
             header = open_image_header(data)
         except MediaTooLargeError:
@@ -92,15 +101,16 @@ class ImageMediaIO(MediaIO[Image.Image]):
         except Exception:  # noqa: BLE001
             # Left for decode time, where this failure surfaces with the other decode failures.
             return MediaRef(data, lambda: self.load_bytes(data), self._spec)
-        image_id = read_exif_image_id(header.image)
-        key = (
-            derive_identity_key(_EXIF_IMAGE_ID_KIND, image_id, self._spec)
-            if image_id is not None
-            else None
-        )
+        key = self._key_for(read_exif_image_id(header.image))
         # The closure holds only the header (and, through it, a view of the payload); MediaRef
         # drops it after the decode or on release.
         return MediaRef(data, lambda: self._decode_header(header), self._spec, key=key)
+
+    def _key_for(self, image_id: bytes | None) -> bytes | None:
+        """The EXIF ImageID key, or None to let the ref key off its bytes."""
+        if image_id is None:
+            return None
+        return derive_identity_key(_EXIF_IMAGE_ID_KIND, image_id, self._spec)
 
     def encode_base64(self, media: Image.Image, *, image_format: str = "PNG") -> str:
         """``media`` in ``image_mode``, encoded as ``image_format`` and base64 (vLLM's helper)."""

@@ -267,8 +267,12 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
             state.submit_decodes(modality, indices)
         state.wait_decodes()  # only the late decodes; phase 1's were drained before phase 2
 
-        miss_items = inputs.mm_data_items.select({m: i for m, i in misses.items() if i})
-        miss_kwargs, miss_updates = self._process_items(state, miss_items)
+        miss_indices = {m: i for m, i in misses.items() if i}
+        if miss_indices:
+            miss_items = inputs.mm_data_items.select(miss_indices)
+            miss_kwargs, miss_updates = self._process_items(state, miss_items)
+        else:  # all hits: no HF call, no field or prompt-update construction
+            miss_kwargs, miss_updates = MultiModalKwargsItems(), {}
 
         order = [(m, i) for m, hashes in mm_hashes.items() for i in range(len(hashes))]
         miss_pos = {(m, i): k for m, indices in misses.items() for k, i in enumerate(indices)}
