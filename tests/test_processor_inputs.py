@@ -123,7 +123,7 @@ def test_partial_uuid_list_uses_given_uuids_and_hashes_the_rest() -> None:
 
 
 def test_none_item_needs_a_uuid() -> None:
-    with pytest.raises(ValueError, match="image item is None but no UUID was given"):
+    with pytest.raises(ValueError, match="image item given as None has no UUID"):
         inputs({"image": None}).get_mm_hashes("m")
     assert inputs({"image": None}, mm_uuids={"image": ["u"]}).get_mm_hashes("m") == {"image": ["u"]}
 

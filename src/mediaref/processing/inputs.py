@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mediaref.exceptions import VLLMValidationError
 from mediaref.hasher import MMHasherAlgorithm, MultiModalHasher
 from mediaref.inputs import MultiModalHashes, MultiModalUUIDDict
 from mediaref.media.base import MediaRef
@@ -84,8 +85,9 @@ class ProcessorInputs:
         """The hash of one item (``item`` as stored, i.e. from ``get_raw``)."""
         if item_uuid is None:
             if item is None:
-                raise ValueError(
-                    f"a {modality} item is None but no UUID was given for it in multi_modal_uuids"
+                raise VLLMValidationError(
+                    f"{modality} item given as None has no UUID in multi_modal_uuids",
+                    parameter="multi_modal_uuids",
                 )
             factors = self._hash_factors(modality, include_media_io=not isinstance(item, MediaRef))
             return MultiModalHasher.hash_kwargs(

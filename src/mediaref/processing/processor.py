@@ -131,6 +131,7 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
         try:
             mm_items = self._get_data_parser().parse_mm_data(owned)
             self._validate_mm_counts(mm_items)
+            self._validate_mm_uuids(mm_items, mm_uuids)
         except BaseException:
             for data in owned.values():  # a rejected request gives its forks back at once
                 for item in data if isinstance(data, list) else [data]:
@@ -162,6 +163,20 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
                     parameter=modality,
                 )
 
+    @staticmethod
+    def _validate_mm_uuids(mm_items: MultiModalDataItems, mm_uuids: MultiModalUUIDDict | None) -> None:
+        counts = mm_items.get_all_counts()
+        for modality, uuids in (mm_uuids or {}).items():
+            if uuids is None:
+                continue
+            given = 1 if isinstance(uuids, str) else len(uuids)
+            if modality not in counts or given != counts[modality]:
+                raise VLLMValidationError(
+                    f"multi_modal_uuids[{modality!r}] has {given} entries for "
+                    f"{counts.get(modality, 0)} {modality} item(s)",
+                    parameter="multi_modal_uuids",
+                )
+
     # -- the two phases ----------------------------------------------------------------------
 
     @property
@@ -191,6 +206,8 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
                 misses = self._find_misses(state.mm_hashes)
             else:
                 misses = {m: list(range(c)) for m, c in inputs.mm_data_items.get_all_counts().items()}
+                # Without the cache nothing can stand in for an item sent as a UUID only.
+                self._check_uuid_only_misses(inputs, misses)
             for modality, indices in misses.items():
                 state.submit_decodes(modality, indices)
         except BaseException:

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import MultiModalDataDict, MultiModalInputs, MultiModalUUIDDict
 from mediaref.processing._hf_stages import set_default_torch_num_threads
 from mediaref.processing.context import ModelConfig
@@ -57,6 +56,20 @@ async def _await_drained(future: asyncio.Future[_T]) -> _T:
     if cancelled:
         raise asyncio.CancelledError
     return future.result()
+
+
+async def _close_after_drain(state: MultiModalApplyState) -> None:
+    """Close a cancelled request's state once its decodes have drained, off the event loop.
+
+    ``state.close()`` drains synchronously: called on the loop while a decode still runs, it
+    would stall every other request for that decode's duration.
+    """
+    try:
+        await state.wait_decodes_async()
+    except Exception:  # noqa: BLE001 - the request is cancelled; its decode failure has no reader
+        pass
+    finally:
+        state.close()
 
 
 class BaseRenderer:
@@ -126,22 +139,7 @@ class BaseRenderer:
             mm_uuids=request.mm_uuids,
             media_io_kwargs=request.media_io_kwargs,
         )
-        self._validate_mm_uuids(inputs)
         return processor, inputs, f"mm-{uuid.uuid4().hex[:12]}"
-
-    @staticmethod
-    def _validate_mm_uuids(inputs: ProcessorInputs) -> None:
-        counts = inputs.mm_data_items.get_all_counts()
-        for modality, uuids in (inputs.mm_uuids or {}).items():
-            if uuids is None:
-                continue
-            given = 1 if isinstance(uuids, str) else len(uuids)
-            if modality not in counts or given != counts[modality]:
-                raise VLLMValidationError(
-                    f"multi_modal_uuids[{modality!r}] has {given} entries for "
-                    f"{counts.get(modality, 0)} {modality} item(s)",
-                    parameter="multi_modal_uuids",
-                )
 
     def _phase1(self, request: MultiModalRequest) -> tuple[BaseMultiModalProcessor[Any], MultiModalApplyState]:
         processor, inputs, request_id = self._prepare_multimodal_inputs(request)
@@ -175,7 +173,8 @@ class BaseRenderer:
             processor, state = await _await_drained(phase1)
         except asyncio.CancelledError:
             if phase1.done() and not phase1.cancelled() and phase1.exception() is None:
-                phase1.result()[1].close()  # phase 1 finished; its state is ours to close
+                # Phase 1 finished, so its state is ours to close; its decodes may still run.
+                await _close_after_drain(phase1.result()[1])
             raise
         with state:
             await state.wait_decodes_async()
