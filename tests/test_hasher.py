@@ -4,32 +4,19 @@ from __future__ import annotations
 
 import io
 import logging
-import threading
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from PIL import ExifTags, Image
 
+from _counting import CountingDecoder
 from mediaref.hasher import MultiModalHasher
 from mediaref.media.base import DecodeSpec, MediaRef
 
 H = MultiModalHasher.hash_kwargs
-
-
-class CountingDecoder:
-    def __init__(self, value: object) -> None:
-        self.value = value
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> object:
-        with self._lock:
-            self.calls += 1
-        return self.value
 
 
 # --- the MediaRef branch ------------------------------------------------------------------------

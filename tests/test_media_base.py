@@ -19,24 +19,7 @@ import pytest
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key, derive_media_key
 from mediaref.exceptions import MediaTooLargeError
 
-
-class CountingDecoder:
-    """A decoder that counts its calls and can block until released, to pin concurrency."""
-
-    def __init__(self, value: object = "decoded", *, gate: threading.Event | None = None) -> None:
-        self.calls = 0
-        self.value = value
-        self.gate = gate
-        self.started = threading.Event()
-        self._lock = threading.Lock()
-
-    def __call__(self) -> object:
-        with self._lock:
-            self.calls += 1
-        self.started.set()
-        if self.gate is not None:
-            assert self.gate.wait(10), "test gate never opened"
-        return self.value
+from _counting import CountingDecoder
 
 
 def make_ref(data: bytes = b"payload", value: object = "decoded", **spec: object) -> tuple[MediaRef, CountingDecoder]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from _counting import CountingDecoder
 from mediaref.inputs import MultiModalFieldElem
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.parse import (
@@ -24,18 +24,6 @@ from mediaref.parse import (
     ProcessorBatchItems,
     VideoProcessorItems,
 )
-
-
-class CountingDecoder:
-    def __init__(self, value: object) -> None:
-        self.value = value
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> object:
-        with self._lock:
-            self.calls += 1
-        return self.value
 
 
 def counted_ref(value: object, tag: str = "x") -> tuple[MediaRef[Any], CountingDecoder]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import math
-import threading
 from typing import Any
 
 import numpy as np
@@ -13,6 +12,7 @@ import soundfile
 import torch
 from PIL import Image
 
+from _counting import CountingDecoder
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.parse import (
     AudioEmbeddingItems,
@@ -22,18 +22,6 @@ from mediaref.parse import (
     MultiModalDataParser,
     VideoEmbeddingItems,
 )
-
-
-class CountingDecoder:
-    def __init__(self, value: object) -> None:
-        self.value = value
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> object:
-        with self._lock:
-            self.calls += 1
-        return self.value
 
 
 def audio_ref(samples: np.ndarray, rate: float, tag: str = "a") -> tuple[MediaRef[Any], CountingDecoder]:

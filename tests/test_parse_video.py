@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -10,20 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
+from _counting import CountingDecoder
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.parse import ImageSize, MultiModalDataParser, VideoProcessorItems
-
-
-class CountingDecoder:
-    def __init__(self, value: object) -> None:
-        self.value = value
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> object:
-        with self._lock:
-            self.calls += 1
-        return self.value
 
 
 def decoded_video(frames: int = 3, height: int = 4, width: int = 6, fps: float = 2.0) -> tuple[np.ndarray, dict[str, Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -10,22 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
+from _counting import CountingDecoder
 from mediaref.hasher import MultiModalHasher
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.parse import ImageProcessorItems, MultiModalDataItems, MultiModalDataParser
 from mediaref.processing.inputs import ProcessorInputs
-
-
-class CountingDecoder:
-    def __init__(self, value: object) -> None:
-        self.value = value
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> object:
-        with self._lock:
-            self.calls += 1
-        return self.value
 
 
 def image_ref(tag: str = "img", decoder: CountingDecoder | None = None) -> MediaRef[Any]:

@@ -19,7 +19,7 @@ import logging
 import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import (
@@ -29,9 +29,14 @@ from mediaref.inputs import (
     MultiModalKwargsItems,
     MultiModalUUIDDict,
 )
-from mediaref.media.base import MediaRef
 from mediaref.parse import MultiModalDataItems, MultiModalDataParser
 from mediaref.processing._apply_state import ApplyTimings, MultiModalApplyState
+from mediaref.processing._input_checks import (
+    fork_media_refs,
+    release_media_refs,
+    validate_mm_counts,
+    validate_mm_uuids,
+)
 from mediaref.processing._hf_stages import HfMMInputs, HfProcessorStages, set_default_torch_num_threads
 from mediaref.processing.context import BaseProcessingInfo
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
@@ -61,15 +66,6 @@ _I = TypeVar("_I", bound=BaseProcessingInfo)
 
 _TWO_PHASE_METHODS = ("apply", "_cached_apply_hf_processor", "_apply_hf_processor")
 _logged_blocking_fallback: set[type] = set()
-
-
-def _fork_refs(value: Any) -> Any:
-    """Processing owns forks of the caller's refs, so releasing them leaves the caller's usable."""
-    if isinstance(value, MediaRef):
-        return value.fork()
-    if isinstance(value, list):
-        return [item.fork() if isinstance(item, MediaRef) else item for item in value]
-    return value
 
 
 class BaseMultiModalProcessor(HfProcessorStages[_I]):
@@ -127,16 +123,13 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
         media_io_kwargs: Mapping[str, Mapping[str, object]] | None = None,
     ) -> ProcessorInputs:
         """Parse ``mm_data`` into :class:`ProcessorInputs`, taking ownership of forks of its refs."""
-        owned = {modality: _fork_refs(data) for modality, data in mm_data.items()}
+        owned = fork_media_refs(mm_data)
         try:
             mm_items = self._get_data_parser().parse_mm_data(owned)
-            self._validate_mm_counts(mm_items)
-            self._validate_mm_uuids(mm_items, mm_uuids)
+            validate_mm_counts(mm_items, self.info.get_supported_mm_limits())
+            validate_mm_uuids(mm_items, mm_uuids)
         except BaseException:
-            for data in owned.values():  # a rejected request gives its forks back at once
-                for item in data if isinstance(data, list) else [data]:
-                    if isinstance(item, MediaRef):
-                        item.release()
+            release_media_refs(owned)  # a rejected request gives its forks back at once
             raise
         return ProcessorInputs(
             prompt=prompt,
@@ -146,36 +139,6 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
             mm_uuids=mm_uuids,
             media_io_kwargs=dict(media_io_kwargs or {}),
         )
-
-    def _validate_mm_counts(self, mm_items: MultiModalDataItems) -> None:
-        limits = self.info.get_supported_mm_limits()
-        for modality, count in mm_items.get_all_counts().items():
-            if modality not in limits:
-                raise VLLMValidationError(
-                    f"{modality} input is not supported by this model "
-                    f"(supported: {', '.join(sorted(limits)) or 'none'})",
-                    parameter=modality,
-                )
-            limit = limits[modality]
-            if limit is not None and count > limit:
-                raise VLLMValidationError(
-                    f"at most {limit} {modality} item(s) per prompt are supported, got {count}",
-                    parameter=modality,
-                )
-
-    @staticmethod
-    def _validate_mm_uuids(mm_items: MultiModalDataItems, mm_uuids: MultiModalUUIDDict | None) -> None:
-        counts = mm_items.get_all_counts()
-        for modality, uuids in (mm_uuids or {}).items():
-            if uuids is None:
-                continue
-            given = 1 if isinstance(uuids, str) else len(uuids)
-            if modality not in counts or given != counts[modality]:
-                raise VLLMValidationError(
-                    f"multi_modal_uuids[{modality!r}] has {given} entries for "
-                    f"{counts.get(modality, 0)} {modality} item(s)",
-                    parameter="multi_modal_uuids",
-                )
 
     # -- the two phases ----------------------------------------------------------------------
 
