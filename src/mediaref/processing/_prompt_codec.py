@@ -33,13 +33,25 @@ class TokenizerLike(Protocol):
     def decode(self, token_ids: list[int]) -> str: ...
 
 
+class TokenIds(tuple):  # type: ignore[type-arg]
+    """A tuple of token ids already checked by :func:`as_token_ids`, so it is never checked again.
+
+    A cached item's placeholder run (thousands of ids for a large image) passes through several
+    stages on every request; re-checking it at each one was most of a cache hit's cost.
+    """
+
+    __slots__ = ()
+
+
 def as_token_ids(seq: Sequence[int]) -> tuple[int, ...]:
     """Token ids as a tuple of plain ints, so they hash and compare the same whatever their source.
 
     ``operator.index`` rejects floats and strings instead of silently truncating them.
     """
-    # map() runs the check in C: this sits on every request's path, once per placeholder run.
-    return tuple(map(operator.index, seq))
+    if type(seq) is TokenIds:
+        return seq
+    # map() runs the check in C.
+    return TokenIds(map(operator.index, seq))
 
 
 def _element_count(value: str | tuple[int, ...]) -> int:
