@@ -31,7 +31,7 @@ from _image_samples import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image, ImageFile, ImageOps, WebPImagePlugin
+from PIL import Image, ImageFile, ImageOps, JpegImagePlugin, WebPImagePlugin
 
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media.base import MediaRef, derive_identity_key, derive_media_key
@@ -661,3 +661,34 @@ def test_webp_ref_reads_only_riff_headers(monkeypatch: pytest.MonkeyPatch) -> No
     assert refs[0].key == derive_media_key(plain, io_.get_decode_spec())
     assert refs[1].key == derive_identity_key("exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec())
     assert refs[0].decode().size == (40, 26) and len(opened) == 1
+
+
+def test_jpeg_ref_reads_only_marker_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pillow's JPEG open parses every table before the scan; the key needs only size and EXIF.
+    plain = encode(gradient_rgb(40, 26), "JPEG", quality=90)
+    with_id = encode(gradient_rgb(40, 26), "JPEG", exif=exif_block(image_id=IMAGE_ID))
+    opened: list[object] = []
+    real_open = JpegImagePlugin.JpegImageFile._open
+    monkeypatch.setattr(
+        JpegImagePlugin.JpegImageFile, "_open", lambda self: (opened.append(self), real_open(self))[1]
+    )
+    io_ = ImageMediaIO()
+    refs = [io_.load_bytes_ref(plain), io_.load_bytes_ref(with_id)]
+    assert opened == []
+    assert refs[0].key == derive_media_key(plain, io_.get_decode_spec())
+    assert refs[1].key == derive_identity_key("exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec())
+    assert refs[1].decode().size == (40, 26) and len(opened) == 1
+
+
+@pytest.mark.parametrize("cut", [3, 6, 20])
+def test_jpeg_with_a_cut_header_is_left_for_decode_time(cut: int) -> None:
+    data = encode(gradient_rgb(40, 26), "JPEG", quality=90)[:cut]
+    ref = ImageMediaIO().load_bytes_ref(data)
+    with pytest.raises(ValueError, match="Failed to decode image"):
+        ref.decode()
+
+
+def test_jpeg_pixel_cap_reads_the_frame_header(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_MAX_IMAGE_PIXELS", "1000")
+    with pytest.raises(MediaTooLargeError, match=r"40x26 = 1040 pixels"):
+        ImageMediaIO().load_bytes_ref(encode(gradient_rgb(40, 26), "JPEG", quality=90))

@@ -139,45 +139,57 @@ def _serialize_leaf(obj: object) -> tuple[bytes, tuple[Atom, ...]]:
     return b"pickle", (pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),)
 
 
-def _iter_atoms(obj: object) -> Iterator[Atom]:
+def _frame(out: list[Atom], atom: Atom) -> None:
+    out.append(_u64(atom.nbytes if isinstance(atom, memoryview) else len(atom)))
+    out.append(atom)
+
+
+def _append_framed(obj: object, out: list[Atom]) -> None:
+    """Append ``obj``'s framed atoms (each preceded by its length) to ``out``.
+
+    Appending to one list rather than chaining generators: hashing runs once per item per
+    request, and nested generators were most of its cost.
+    """
     if isinstance(obj, MediaRef):
-        yield from _leaf_atoms(obj)
+        _append_leaf(obj, out)
     elif isinstance(obj, (list, tuple)):
-        yield b"tuple" if isinstance(obj, tuple) else b"list"
-        yield _u64(len(obj))
+        _frame(out, b"tuple" if isinstance(obj, tuple) else b"list")
+        _frame(out, _u64(len(obj)))
         for element in obj:
-            yield from _iter_atoms(element)
+            _append_framed(element, out)
     elif isinstance(obj, Mapping):
         # Equal dicts hash equal whatever their insertion order: entries sort by encoded key.
         entries = sorted(((_encoded(key), value) for key, value in obj.items()), key=lambda e: e[0])
-        yield b"dict"
-        yield _u64(len(entries))
+        _frame(out, b"dict")
+        _frame(out, _u64(len(entries)))
         for key_bytes, value in entries:
-            yield key_bytes  # the key's own framed encoding, as one atom
-            yield from _iter_atoms(value)
+            _frame(out, key_bytes)  # the key's own framed encoding, as one atom
+            _append_framed(value, out)
     elif isinstance(obj, (set, frozenset)):
-        yield b"set"
-        yield _u64(len(obj))
-        yield from sorted(_encoded(element) for element in obj)
+        _frame(out, b"set")
+        _frame(out, _u64(len(obj)))
+        for element_bytes in sorted(_encoded(element) for element in obj):
+            _frame(out, element_bytes)
     else:
-        yield from _leaf_atoms(obj)
+        _append_leaf(obj, out)
 
 
-def _leaf_atoms(obj: object) -> Iterator[Atom]:
+def _append_leaf(obj: object, out: list[Atom]) -> None:
     tag, parts = _serialize_leaf(obj)
-    yield tag
-    yield _u64(len(parts))
-    yield from parts
+    _frame(out, tag)
+    _frame(out, _u64(len(parts)))
+    for part in parts:
+        _frame(out, part)
 
 
-def _framed(atoms: Iterator[Atom]) -> Iterator[Atom]:
-    for atom in atoms:
-        yield _u64(len(atom) if not isinstance(atom, memoryview) else atom.nbytes)
-        yield atom
+def _framed_atoms(obj: object) -> list[Atom]:
+    out: list[Atom] = []
+    _append_framed(obj, out)
+    return out
 
 
 def _encoded(obj: object) -> bytes:
-    return b"".join(bytes(atom) for atom in _framed(_iter_atoms(obj)))
+    return b"".join(_framed_atoms(obj))
 
 
 def _encoded_atoms(values: list[Any]) -> tuple[bytes, ...]:
@@ -197,8 +209,10 @@ class MultiModalHasher:
     @classmethod
     def iter_item_to_bytes(cls, key: str, obj: object) -> Iterator[Atom]:
         """The framed atoms of the entry ``key: obj`` within :meth:`hash_kwargs`' stream."""
-        yield from _framed(iter((_encoded(key),)))
-        yield from _framed(_iter_atoms(obj))
+        out: list[Atom] = []
+        _frame(out, _encoded(key))
+        _append_framed(obj, out)
+        yield from out
 
     @classmethod
     def hash_kwargs(cls, algorithm: MMHasherAlgorithm | str = "blake3", **kwargs: object) -> str:
@@ -210,7 +224,7 @@ class MultiModalHasher:
                 f"unknown multimodal hash algorithm {algorithm!r}; "
                 f"choose one of {sorted(_HASHER_FACTORIES)}"
             ) from None
-        for atom in _framed(_iter_atoms(kwargs)):
+        for atom in _framed_atoms(kwargs):
             digest.update(atom)
         return digest.hexdigest()
 

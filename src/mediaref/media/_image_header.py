@@ -185,6 +185,54 @@ def webp_header(data: bytes) -> tuple[tuple[int, int], bytes | None] | None:
     return size, None
 
 
+_JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # not DHT, JPG, DAC
+_JPEG_STANDALONE_MARKERS = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length field
+
+
+def jpeg_header(data: bytes) -> tuple[tuple[int, int], bytes | None] | None:
+    """A JPEG's size and EXIF ImageID from its marker segments, or None if they do not parse.
+
+    Pillow's JPEG open parses every table before the scan (quantization, Huffman), which costs
+    more than the key's sha256 of a small photo; the size and the EXIF block are all a key needs.
+    None sends the caller to the full header parse, which decides what a malformed file means.
+    """
+    if data[:2] != b"\xff\xd8":
+        return None
+    offset, end = 2, len(data)
+    image_id: bytes | None = None
+    while offset + 4 <= end:
+        if data[offset] != 0xFF:
+            return None
+        marker = data[offset + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            offset += 1
+            continue
+        if marker in _JPEG_STANDALONE_MARKERS:
+            offset += 2
+            continue
+        length = int.from_bytes(data[offset + 2 : offset + 4], "big")
+        segment = data[offset + 4 : offset + 2 + length]
+        if length < 2 or len(segment) != length - 2:
+            return None
+        if marker == 0xE1 and segment[:6] == b"Exif\x00\x00" and image_id is None:
+            exif = Image.Exif()
+            try:
+                exif.load(segment)
+                image_id = _image_id_from_exif(exif)
+            except Exception:  # noqa: BLE001 - as in read_exif_image_id
+                image_id = None
+        elif marker in _JPEG_SOF_MARKERS:
+            if len(segment) < 5:
+                return None
+            height = int.from_bytes(segment[1:3], "big")
+            width = int.from_bytes(segment[3:5], "big")
+            return ((width, height), image_id) if width and height else None
+        elif marker == 0xDA:  # start of scan before any frame header
+            return None
+        offset += 2 + length
+    return None
+
+
 def _image_id_from_exif(exif: Image.Exif) -> bytes | None:
     value = exif.get_ifd(ExifTags.IFD.Exif).get(_EXIF_IMAGE_UNIQUE_ID)
     if value is None:  # the standard puts it in the Exif IFD; some writers use IFD0

@@ -28,6 +28,7 @@ from mediaref.media._image_header import (
     ImageHeader,
     check_pillow_refusal,
     check_pixel_limit,
+    jpeg_header,
     open_image_header,
     read_exif_image_id,
     webp_header,
@@ -88,11 +89,15 @@ class ImageMediaIO(MediaIO[Image.Image]):
         about the image fails here.
         """
         self.check_encoded_size(len(data))
+        # WebP and JPEG say what a key needs in their container headers, more cheaply than a
+        # Pillow open; the pixels (and Pillow's own header parse) wait for the decode.
         webp = webp_header(data)
-        if webp is not None:
-            size, image_id = webp
+        container = webp or jpeg_header(data)
+        if container is not None:
+            size, image_id = container
             check_pixel_limit(size)
-            check_pillow_refusal(size)
+            if webp is not None:
+                check_pillow_refusal(size)  # Pillow's WebP plugin refuses these inside its open
             return MediaRef(data, lambda: self.load_bytes(data), self._spec, key=self._key_for(image_id))
         try:
             header = open_image_header(data)

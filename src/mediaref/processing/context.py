@@ -45,6 +45,7 @@ class InputProcessingContext:
         self.model_config = model_config
         self._lock = threading.Lock()
         self._memo: dict[Any, Any] = {}
+        self._default_processor: Any = None
 
     @property
     def model_path(self) -> Path:
@@ -73,16 +74,21 @@ class InputProcessingContext:
 
     def get_hf_processor(self, **kwargs: Any) -> Any:
         """The model's HF processor, built once per distinct set of construction kwargs."""
+        if not kwargs and self._default_processor is not None:
+            return self._default_processor  # the per-request path: no key building, no lock
         from transformers import AutoProcessor
 
         merged = {**self.model_config.mm_processor_kwargs, **kwargs}
         memo_key = ("processor", tuple(sorted((k, repr(v)) for k, v in merged.items())))
-        return self._load(
+        processor = self._load(
             memo_key,
             lambda: AutoProcessor.from_pretrained(
                 self.model_path, **self._from_pretrained_kwargs(), **merged
             ),
         )
+        if not kwargs:
+            self._default_processor = processor
+        return processor
 
     def get_tokenizer(self) -> Any:
         return self.get_hf_processor().tokenizer
