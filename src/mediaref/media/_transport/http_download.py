@@ -213,6 +213,20 @@ async def _read_capped(
         raise TooLargeError(
             f"Content-Length of {declared} bytes exceeds the {max_bytes}-byte limit"
         )
+    if declared is not None:
+        # aiohttp stops at the declared length, so the cap already holds: read in one buffer
+        # rather than joining chunks (a copy of the whole payload).
+        try:
+            charge.take(declared)
+        except TooLargeError:
+            response.close()
+            raise
+        body = await response.read()
+        if len(body) != declared:
+            raise aiohttp.ClientPayloadError(
+                f"body of {len(body)} bytes, but Content-Length said {declared}"
+            )
+        return body
     chunks: list[bytes] = []
     received = 0
     async for chunk in response.content.iter_any():
