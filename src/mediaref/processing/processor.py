@@ -271,7 +271,7 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
         for (modality, index), (item, updates) in zip(order, merged):
             mm_kwargs[modality].append(item)
             mm_updates[modality].append(
-                tuple(dataclasses.replace(u, item_idx=index) for u in updates)
+                tuple(u if u.item_idx == index else dataclasses.replace(u, item_idx=index) for u in updates)
             )
         state.timings.num_misses = len(miss_pos)
         state.timings.num_hits = len(order) - len(miss_pos)
