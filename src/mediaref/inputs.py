@@ -139,13 +139,18 @@ def _batch_field(elems: Sequence[MultiModalFieldElem]) -> Any:
 
 
 class MultiModalKwargsItems(UserDict[str, list[MultiModalKwargsItem]]):
-    """Modality -> its processed items, in request order."""
+    """Modality -> its processed items, in request order.
+
+    An item is None where a sender (frontend) cache hit left it to the engine core, which holds it.
+    """
 
     def get_data(self) -> dict[str, Any]:
-        """Batch every field across all items, the way the model consumes them."""
+        """Batch every field across all present items, the way the model consumes them."""
         by_key: dict[str, list[MultiModalFieldElem]] = {}
         for items in self.data.values():
             for item in items:
+                if item is None:  # a sender-cache hit
+                    continue
                 for key, elem in item.items():
                     by_key.setdefault(key, []).append(elem)
         return {key: _batch_field(elems) for key, elems in by_key.items()}

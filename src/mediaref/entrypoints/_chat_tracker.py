@@ -281,7 +281,7 @@ class AsyncMultiModalItemTracker(BaseMultiModalItemTracker):
             if isinstance(result, BaseException):
                 raise result  # the first failure in request order
         for fetch, result in zip(pending, results):
-            fetch.store(result)
+            fetch.store(result)  # type: ignore[arg-type]  # failures were raised above
         return self._collect()
 
 

@@ -14,7 +14,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import pybase64
 
@@ -189,7 +189,7 @@ class MediaRef(Generic[_T]):
     @classmethod
     def from_decoded(cls, value: _U, *, key: bytes, spec: DecodeSpec) -> MediaRef[_U]:
         """A ref that is already decoded and carries no encoded bytes."""
-        ref: MediaRef[_U] = cls.__new__(cls)
+        ref = cast("MediaRef[_U]", object.__new__(cls))
         ref._key, ref._spec, ref._shared = key, spec, None
         ref._value, ref._decoded = value, True
         return ref

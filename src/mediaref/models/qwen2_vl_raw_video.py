@@ -12,7 +12,7 @@ Select it with ``ModelConfig(model=<a Qwen2-VL directory>, family="qwen2_vl_raw_
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mediaref.media.base import MediaIO
 from mediaref.media.video import RawBytesVideoMediaIO
@@ -61,8 +61,8 @@ class Qwen2VLRawVideoMultiModalProcessor(Qwen2VLMultiModalProcessor):
             kwargs = dict(mm_kwargs)
             num_frames = int(kwargs.pop("num_frames", DEFAULT_NUM_FRAMES))  # type: ignore[call-overload]
             opened = [
-                open_container_frames(v, num_frames) if isinstance(v, (bytes, bytearray)) else v
-                for v in videos  # type: ignore[union-attr]
+                open_container_frames(bytes(v), num_frames) if isinstance(v, (bytes, bytearray)) else v
+                for v in cast("list[Any]", videos)
             ]
             mm_data, mm_kwargs = {**mm_data, "videos": opened}, kwargs
         return super()._call_hf_processor(prompt, mm_data, mm_kwargs, tok_kwargs)

@@ -26,6 +26,7 @@ from mediaref.inputs import (
     MultiModalDataDict,
     MultiModalHashes,
     MultiModalInputs,
+    MultiModalKwargsItem,
     MultiModalKwargsItems,
     MultiModalUUIDDict,
 )
@@ -256,7 +257,7 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
 
         order = [(m, i) for m, hashes in mm_hashes.items() for i in range(len(hashes))]
         miss_pos = {(m, i): k for m, indices in misses.items() for k, i in enumerate(indices)}
-        entries = []
+        entries: list[tuple[MultiModalKwargsItem, tuple[ResolvedPromptUpdate, ...]] | None] = []
         for modality, index in order:
             k = miss_pos.get((modality, index))
             if k is None:
@@ -266,13 +267,15 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
                 entries.append((miss_kwargs[modality][k], tuple(item_updates)))
         merged = self.cache.get_and_update(entries, [mm_hashes[m][i] for m, i in order])
 
+        # A sender-cache hit gives None: the engine core holds that item and fills it in.
         mm_kwargs = MultiModalKwargsItems({m: [] for m in mm_hashes})
-        mm_updates: MultiModalPromptUpdates = {m: [] for m in mm_hashes}
+        updates_by_modality: dict[str, list[tuple[ResolvedPromptUpdate, ...]]] = {m: [] for m in mm_hashes}
         for (modality, index), (item, updates) in zip(order, merged):
-            mm_kwargs[modality].append(item)
-            mm_updates[modality].append(
+            mm_kwargs[modality].append(item)  # type: ignore[arg-type]  # None: sender-cache hit
+            updates_by_modality[modality].append(
                 tuple(u if u.item_idx == index else dataclasses.replace(u, item_idx=index) for u in updates)
             )
+        mm_updates: MultiModalPromptUpdates = updates_by_modality
         state.timings.num_misses = len(miss_pos)
         state.timings.num_hits = len(order) - len(miss_pos)
         return self._tokenize_prompt(inputs), mm_kwargs, mm_hashes, mm_updates
