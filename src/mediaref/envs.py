@@ -46,6 +46,15 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
 }
 
 
+_BYTES_PER_MB = 1024 * 1024
+
+
+def size_cap_bytes(name: str) -> int | None:
+    """A megabyte setting (MiB, as vLLM counts) in bytes; None when it is 0 or less: no cap."""
+    megabytes = float(__getattr__(name))
+    return int(megabytes * _BYTES_PER_MB) if megabytes > 0 else None
+
+
 def __getattr__(name: str) -> Any:
     try:
         parse, default = _SETTINGS[name]

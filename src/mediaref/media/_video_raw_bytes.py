@@ -7,14 +7,12 @@ from typing import ClassVar
 from mediaref import envs
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
 
-_BYTES_PER_MB = 1024 * 1024
 JPEG_FRAMES_MEDIA_TYPE = "video/jpeg"
 
 
 def video_max_bytes() -> int | None:
     """``VLLM_MAX_VIDEO_FILESIZE_MB`` in bytes; None (no cap) when it is 0 or less."""
-    limit_mb = envs.VLLM_MAX_VIDEO_FILESIZE_MB
-    return int(limit_mb * _BYTES_PER_MB) if limit_mb > 0 else None
+    return envs.size_cap_bytes("VLLM_MAX_VIDEO_FILESIZE_MB")
 
 
 def is_jpeg_frames(media_type: str) -> bool:

@@ -35,7 +35,6 @@ from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
 AudioSamples = tuple[npt.NDArray[np.float32], float]
 
 _REASON_MAX_CHARS = 200
-_BYTES_PER_MB = 1024 * 1024
 
 
 class AudioMediaIO(MediaIO[AudioSamples]):
@@ -75,8 +74,7 @@ class AudioMediaIO(MediaIO[AudioSamples]):
         return DecodeSpec(modality=self.modality, decoder="soundfile+pyav")
 
     def get_max_bytes(self) -> int | None:
-        limit_mb = envs.VLLM_MAX_AUDIO_CLIP_FILESIZE_MB
-        return int(limit_mb * _BYTES_PER_MB) if limit_mb > 0 else None
+        return envs.size_cap_bytes("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB")
 
     def get_max_duration_s(self) -> float | None:
         """The duration cap in seconds, or None for none (the argument wins over the env)."""

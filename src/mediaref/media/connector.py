@@ -45,7 +45,6 @@ _M = TypeVar("_M")
 _V = TypeVar("_V")
 _A = TypeVar("_A")
 
-_MIB = 1024 * 1024
 _FETCH_TIMEOUT_SETTINGS = {
     "image": "VLLM_IMAGE_FETCH_TIMEOUT",
     "video": "VLLM_VIDEO_FETCH_TIMEOUT",
@@ -75,8 +74,7 @@ def _fetch_timeout_seconds(media_io: MediaIO[Any]) -> float:
 
 
 def _request_budget_bytes() -> int | None:
-    megabytes = envs.VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB
-    return int(megabytes * _MIB) if megabytes > 0 else None
+    return envs.size_cap_bytes("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB")
 
 
 def _disk_cache_from_env() -> DiskCache | None:
@@ -85,7 +83,7 @@ def _disk_cache_from_env() -> DiskCache | None:
         return None
     return DiskCache(
         directory,
-        max_bytes=int(envs.VLLM_MEDIA_CACHE_MAX_SIZE_MB * _MIB),
+        max_bytes=envs.size_cap_bytes("VLLM_MEDIA_CACHE_MAX_SIZE_MB") or 0,
         ttl_seconds=envs.VLLM_MEDIA_CACHE_TTL_HOURS * 3600.0,
     )
 

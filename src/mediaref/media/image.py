@@ -36,7 +36,6 @@ from mediaref.media._image_header import (
 from mediaref.media._image_pixels import BackgroundColor, convert_image_mode, decode_first_frame
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key
 
-_BYTES_PER_MB = 1024 * 1024
 _EXIF_IMAGE_ID_KIND = "exif-image-id"
 
 
@@ -70,8 +69,7 @@ class ImageMediaIO(MediaIO[Image.Image]):
         return self._spec
 
     def get_max_bytes(self) -> int | None:
-        limit_mb = envs.VLLM_MAX_IMAGE_FILESIZE_MB
-        return int(limit_mb * _BYTES_PER_MB) if limit_mb > 0 else None
+        return envs.size_cap_bytes("VLLM_MAX_IMAGE_FILESIZE_MB")
 
     def load_bytes(self, data: bytes) -> Image.Image:
         try:
