@@ -26,7 +26,7 @@ fetch failures propagate as the connector's :class:`~mediaref.exceptions.MediaRe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from mediaref.entrypoints._chat_messages import (
     ConversationMessage,
@@ -54,23 +54,39 @@ ParsedChat = tuple[list[ConversationMessage], MultiModalDataDict | None, MultiMo
 """``(conversation, mm_data, mm_uuids)``, as vLLM's ``parse_chat_messages`` returns them."""
 
 
+_TrackerT = TypeVar("_TrackerT", bound=BaseMultiModalItemTracker)
+
+
 def _start_parse(
-    tracker: BaseMultiModalItemTracker,
+    tracker_cls: type[_TrackerT],
     messages: Sequence[Mapping[str, Any]],
+    model_config: ModelLike,
+    connector: MediaConnector | None,
     *,
     content_format: ChatTemplateContentFormatOption,
+    media_io_kwargs: Mapping[str, Mapping[str, Any]] | None,
     mm_processor_kwargs: Mapping[str, object] | None,
+    limit_mm_per_prompt: Mapping[str, int] | None,
+    chat_template: str | None,
     interleave_strings: bool,
-) -> list[ConversationMessage]:
+) -> tuple[_TrackerT, list[ConversationMessage]]:
     """Everything but the fetches, shared by the sync and async parsers."""
+    tracker = tracker_cls(
+        model_config,
+        connector,
+        media_io_kwargs=media_io_kwargs,
+        limit_mm_per_prompt=limit_mm_per_prompt,
+        chat_template=chat_template,
+    )
     resolved_format = tracker.chat_template.resolve_content_format(content_format)
-    return parse_conversation(
+    conversation = parse_conversation(
         messages,
         tracker,
         resolved_format,
         use_audio_in_video=use_audio_in_video_from(mm_processor_kwargs),
         interleave_strings=interleave_strings,
     )
+    return tracker, conversation
 
 
 def parse_chat_messages(
@@ -91,18 +107,16 @@ def parse_chat_messages(
     the model's). ``interleave_strings`` (string format only) keeps placeholders where their
     parts were instead of before the message's text.
     """
-    tracker = MultiModalItemTracker(
+    tracker, conversation = _start_parse(
+        MultiModalItemTracker,
+        messages,
         model_config,
         connector,
+        content_format=content_format,
         media_io_kwargs=media_io_kwargs,
+        mm_processor_kwargs=mm_processor_kwargs,
         limit_mm_per_prompt=limit_mm_per_prompt,
         chat_template=chat_template,
-    )
-    conversation = _start_parse(
-        tracker,
-        messages,
-        content_format=content_format,
-        mm_processor_kwargs=mm_processor_kwargs,
         interleave_strings=interleave_strings,
     )
     return conversation, tracker.all_mm_data(), tracker.all_mm_uuids()
@@ -121,18 +135,16 @@ async def parse_chat_messages_async(
     interleave_strings: bool = False,
 ) -> ParsedChat:
     """:func:`parse_chat_messages`, fetching every item of the request concurrently."""
-    tracker = AsyncMultiModalItemTracker(
+    tracker, conversation = _start_parse(
+        AsyncMultiModalItemTracker,
+        messages,
         model_config,
         connector,
+        content_format=content_format,
         media_io_kwargs=media_io_kwargs,
+        mm_processor_kwargs=mm_processor_kwargs,
         limit_mm_per_prompt=limit_mm_per_prompt,
         chat_template=chat_template,
-    )
-    conversation = _start_parse(
-        tracker,
-        messages,
-        content_format=content_format,
-        mm_processor_kwargs=mm_processor_kwargs,
         interleave_strings=interleave_strings,
     )
     return conversation, await tracker.all_mm_data_async(), tracker.all_mm_uuids()
