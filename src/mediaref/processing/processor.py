@@ -86,6 +86,14 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
         self.info = info
         self.dummy_inputs = dummy_inputs
         self.cache = cache
+        self._data_parser: MultiModalDataParser | None = None
+
+    @property
+    def data_parser(self) -> MultiModalDataParser:
+        """The model's parser, built on first use (it may read the HF processor's settings)."""
+        if self._data_parser is None:
+            self._data_parser = self._get_data_parser()
+        return self._data_parser
 
     # -- model hooks -----------------------------------------------------------------------
 
@@ -126,7 +134,7 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
         """Parse ``mm_data`` into :class:`ProcessorInputs`, taking ownership of forks of its refs."""
         owned = fork_media_refs(mm_data)
         try:
-            mm_items = self._get_data_parser().parse_mm_data(owned)
+            mm_items = self.data_parser.parse_mm_data(owned)
             validate_mm_counts(mm_items, self.info.get_supported_mm_limits())
             validate_mm_uuids(mm_items, mm_uuids)
         except BaseException:
