@@ -44,6 +44,18 @@ def _is_frame_list(data: object) -> bool:
     return isinstance(data, list) and _is_list_of(data, _Array) and all(frame.ndim == 3 for frame in data)
 
 
+def _prepare_items(
+    items: list[Any],
+    prepare_ref: Callable[[MediaRef[Any]], MediaRef[Any]],
+    prepare_value: Callable[[Any], Any],
+) -> list[Any]:
+    """Refs get their deferred transforms mapped on, decoded values are prepared now; None stays."""
+    return [
+        None if item is None else prepare_ref(item) if isinstance(item, MediaRef) else prepare_value(item)
+        for item in items
+    ]
+
+
 class MultiModalDataParser:
     """Parses ``multi_modal_data`` into items, with vLLM's options.
 
@@ -133,16 +145,13 @@ class MultiModalDataParser:
         else:  # a list of clips, or a 2-D array of mono clips
             items = list(data)
 
-        prepared: list[Any] = []
-        for item in items:
-            if item is None:
-                prepared.append(None)
-            elif isinstance(item, MediaRef):
-                prepared.append(self._prepare_audio_ref(item))
-            else:
-                samples, rate = self._get_audio_with_sr(item)
-                prepared.append(self.audio_normalizer.normalize(samples, rate, channels_first=False))
-        return AudioProcessorItems(prepared)
+        return AudioProcessorItems(
+            _prepare_items(items, self._prepare_audio_ref, self._normalize_audio)
+        )
+
+    def _normalize_audio(self, item: Any) -> Any:
+        samples, rate = self._get_audio_with_sr(item)
+        return self.audio_normalizer.normalize(samples, rate, channels_first=False)
 
     # --- image -------------------------------------------------------------------------------
 
@@ -206,15 +215,10 @@ class MultiModalDataParser:
         else:
             items = list(data)
 
-        prepared: list[Any] = []
-        for item in items:
-            if item is None:
-                prepared.append(None)
-            elif isinstance(item, MediaRef):
-                prepared.append(self._prepare_video_ref(item))
-            else:
-                prepared.append(self._check_video(item))
-        return VideoProcessorItems(prepared, video_needs_metadata=self.video_needs_metadata)
+        return VideoProcessorItems(
+            _prepare_items(items, self._prepare_video_ref, self._check_video),
+            video_needs_metadata=self.video_needs_metadata,
+        )
 
     # --- all modalities ----------------------------------------------------------------------
 

@@ -12,11 +12,13 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from mediaref.exceptions import VLLMUnprocessableEntityError
 from mediaref.media.base import MediaRef
 from mediaref.media.executor import get_media_executor
+
+_T = TypeVar("_T")
 
 DecodeErrorFactory = Callable[[str, int, BaseException], BaseException]
 """``(modality, index within the modality, decoder exception) -> the error to raise``."""
@@ -69,6 +71,23 @@ def _raise_first_failure(jobs: list[MediaDecodeJob], error_factory: DecodeErrorF
             raise error_factory(job.modality, job.index, exc) from exc
 
 
+async def await_drained(future: asyncio.Future[_T]) -> _T:
+    """Await ``future`` to its end even if the caller is cancelled, then re-raise the cancellation.
+
+    For work running on threads: cancelling the await cannot stop it, and the caller's cleanup
+    (releasing payloads) must not run while a thread may still be reading them.
+    """
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return future.result()
+
+
 def collect_media_decodes(
     jobs: list[MediaDecodeJob], error_factory: DecodeErrorFactory = unprocessable_media_error
 ) -> None:
@@ -88,22 +107,15 @@ async def collect_media_decodes_async(
     """
     if not jobs:
         return
-    drained = asyncio.gather(
-        *(asyncio.wrap_future(job.future) for job in jobs), return_exceptions=True
+    await await_drained(
+        asyncio.gather(*(asyncio.wrap_future(job.future) for job in jobs), return_exceptions=True)
     )
-    cancelled = False
-    while not drained.done():
-        try:
-            await asyncio.shield(drained)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
     _raise_first_failure(jobs, error_factory)
 
 
 __all__ = [
     "DecodeErrorFactory",
+    "await_drained",
     "MediaDecodeJob",
     "collect_media_decodes",
     "collect_media_decodes_async",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from mediaref.inputs import MultiModalDataDict, MultiModalInputs, MultiModalUUIDDict
+from mediaref.media.decode import await_drained
 from mediaref.processing._hf_stages import set_default_torch_num_threads
 from mediaref.processing.context import ModelConfig
 from mediaref.processing.inputs import ProcessorInputs
@@ -39,23 +40,6 @@ class MultiModalRequest:
     mm_uuids: MultiModalUUIDDict | None = None
     media_io_kwargs: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     skip_mm_cache: bool = False
-
-
-async def _await_drained(future: asyncio.Future[_T]) -> _T:
-    """Await work running on a thread; if cancelled, wait for the thread first, then re-raise.
-
-    Cancelling the await cannot stop the thread, and the caller's cleanup (releasing payloads)
-    must not run while that thread may still be reading them.
-    """
-    cancelled = False
-    while not future.done():
-        try:
-            await asyncio.shield(future)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return future.result()
 
 
 async def _close_after_drain(state: MultiModalApplyState) -> None:
@@ -170,7 +154,7 @@ class BaseRenderer:
     async def _process_multimodal_async(self, request: MultiModalRequest) -> MultiModalInputs:
         phase1 = self._run_on_mm_worker(self._phase1, request)
         try:
-            processor, state = await _await_drained(phase1)
+            processor, state = await await_drained(phase1)
         except asyncio.CancelledError:
             if phase1.done() and not phase1.cancelled() and phase1.exception() is None:
                 # Phase 1 finished, so its state is ours to close; its decodes may still run.
@@ -178,10 +162,10 @@ class BaseRenderer:
             raise
         with state:
             await state.wait_decodes_async()
-            return await _await_drained(self._run_on_mm_worker(processor.apply_phase2, state))
+            return await await_drained(self._run_on_mm_worker(processor.apply_phase2, state))
 
     async def _process_multimodal_blocking_async(self, request: MultiModalRequest) -> MultiModalInputs:
-        return await _await_drained(self._run_on_mm_worker(self._process_multimodal_blocking, request))
+        return await await_drained(self._run_on_mm_worker(self._process_multimodal_blocking, request))
 
 
 __all__ = ["BaseRenderer", "MultiModalRequest"]
