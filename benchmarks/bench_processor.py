@@ -186,55 +186,58 @@ def same_output(a: Outcome, b: Outcome, modality: str, compare_pixels: bool) -> 
     )
 
 
-def serve_both(paths: dict[str, ServingPath], item: Item, lazy_first: bool) -> dict[str, Outcome]:
-    order = PATHS if lazy_first else PATHS[::-1]
-    outcomes = {}
-    for name in order:
-        gc.collect()  # untimed: a collection should not land inside either path's timing
-        gc.disable()
-        try:
-            outcomes[name] = paths[name].serve(item)
-        finally:
-            gc.enable()
-    return outcomes
+def serve_block(path: ServingPath, items: list[Item]) -> list[Outcome]:
+    """One path serves ``items`` in order, as a server would serve its own stream."""
+    gc.collect()  # untimed: a collection should not land inside a request's timing
+    gc.disable()
+    try:
+        return [path.serve(item) for item in items]
+    finally:
+        gc.enable()
 
 
 def run(
     paths: dict[str, ServingPath],
     warmup: list[Item],
     stream: list[Item],
+    block: int,
     log: Callable[[str], None],
     trace: bool,
 ) -> list[tuple[Item, dict[str, Outcome]]]:
     for item in warmup:  # first calls load the HF processors and fill allocator pools
-        for lazy_first in (True, False):  # a miss, then a hit, on each path
-            serve_both(paths, item, lazy_first)
+        for path in paths.values():
+            serve_block(path, [item, item])  # a miss, then a hit
     for path in paths.values():
         path.reset()
-    gc.freeze()  # setup objects leave the collector's view, so the per-request collects are cheap
+    gc.freeze()  # setup objects leave the collector's view, so the collects are cheap
 
     results = []
     mismatches = []
-    for index, item in enumerate(stream):
-        outcomes = serve_both(paths, item, lazy_first=index % 2 == 0)
-        lazy, eager = outcomes["lazy"], outcomes["eager"]
-        if lazy.hit != eager.hit or not same_output(lazy, eager, item.modality, not lazy.hit):
-            mismatches.append(
-                f"request {index} ({item.name}): hit lazy={lazy.hit} eager={eager.hit}"
-            )
-        for outcome in outcomes.values():
-            outcome.output = None  # free the tensors; the cache keeps what it stores
-        results.append((item, outcomes))
-        if trace:
-            log(
-                f"  #{index} {item.name:<8} " + "  ".join(
-                    f"{name} {'hit ' if o.hit else 'miss'} {bm.fmt_seconds(o.fetch_s)}"
-                    f" + {bm.fmt_seconds(o.hash_s)} + {bm.fmt_seconds(o.rest_s)}"
-                    for name, o in outcomes.items()
+    for block_index, first in enumerate(range(0, len(stream), block)):
+        items = stream[first : first + block]
+        order = PATHS if block_index % 2 == 0 else PATHS[::-1]  # who goes first alternates
+        served = {name: serve_block(paths[name], items) for name in order}
+        for offset, item in enumerate(items):
+            index = first + offset
+            outcomes = {name: served[name][offset] for name in PATHS}
+            lazy, eager = outcomes["lazy"], outcomes["eager"]
+            if lazy.hit != eager.hit or not same_output(lazy, eager, item.modality, not lazy.hit):
+                mismatches.append(
+                    f"request {index} ({item.name}): hit lazy={lazy.hit} eager={eager.hit}"
                 )
-            )
-        elif (index + 1) % 20 == 0:
-            log(f"  {index + 1}/{len(stream)} requests")
+            for outcome in outcomes.values():
+                outcome.output = None  # free the tensors; the cache keeps what it stores
+            results.append((item, outcomes))
+            if trace:
+                log(
+                    f"  #{index} {item.name:<8} " + "  ".join(
+                        f"{name} {'hit ' if o.hit else 'miss'} {bm.fmt_seconds(o.fetch_s)}"
+                        f" + {bm.fmt_seconds(o.hash_s)} + {bm.fmt_seconds(o.rest_s)}"
+                        for name, o in outcomes.items()
+                    )
+                )
+            elif (index + 1) % 20 == 0:
+                log(f"  {index + 1}/{len(stream)} requests")
     if mismatches:
         print("WARNING: the paths disagreed:\n  " + "\n  ".join(mismatches))
     return results
@@ -327,6 +330,11 @@ def main() -> None:
     add("--video-seconds", type=float, default=3.0, help="clip length (default 3)")
     add("--video-frames", type=int, default=16, help="frames sampled per clip (default 16)")
     parser.add_argument(
+        "--block", type=int, default=8,
+        help="requests each path serves in a row before the other path serves them (default 8;"
+        " 1 interleaves the paths request by request)",
+    )
+    parser.add_argument(
         "--cache-gb", type=float, default=4.0,
         help="processor cache budget per path, GiB (default 4, vLLM's default)",
     )
@@ -335,6 +343,8 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 <= args.hot_fraction <= 1 or not 0 <= args.cold_video_fraction <= 1:
         parser.error("fractions must be within [0, 1]")
+    if args.block < 1:
+        parser.error("--block must be at least 1")
 
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
@@ -344,10 +354,11 @@ def main() -> None:
     cold = len({item.name for item in stream} - {item.name for item in hot})
     log(f"media encoded: {len(hot)} hot items, {cold} cold items, {len(stream)} requests")
     paths = {name: ServingPath(name, args.cache_gb, args.video_frames) for name in PATHS}
-    results = run(paths, warmup, stream, log, args.trace)
+    results = run(paths, warmup, stream, args.block, log, args.trace)
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
-        f"seed {args.seed}; Qwen2-VL built-in processor; cache {args.cache_gb:g} GiB per path\n"
+        f"seed {args.seed}; Qwen2-VL built-in processor; cache {args.cache_gb:g} GiB per path; "
+        f"blocks of {args.block}\n"
         f"stream: {len(stream)} requests, hot fraction {args.hot_fraction:g} over {len(hot)} items "
         f"({args.hot_images} JPEG 1080p, {args.hot_videos} H.264 720p {args.video_seconds:g} s "
         f"-> {args.video_frames} frames), {cold} cold items "

@@ -18,6 +18,7 @@ index-keyed dict, ``None`` from ``""``, shape ``()`` from ``(1,)``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import pickle
@@ -159,7 +160,7 @@ def _append_framed(obj: object, out: list[Atom]) -> None:
             _append_framed(element, out)
     elif isinstance(obj, Mapping):
         # Equal dicts hash equal whatever their insertion order: entries sort by encoded key.
-        entries = sorted(((_encoded(key), value) for key, value in obj.items()), key=lambda e: e[0])
+        entries = sorted(((_encoded_key(key), value) for key, value in obj.items()), key=lambda e: e[0])
         _frame(out, b"dict")
         _frame(out, _u64(len(entries)))
         for key_bytes, value in entries:
@@ -192,6 +193,22 @@ def _encoded(obj: object) -> bytes:
     return b"".join(_framed_atoms(obj))
 
 
+_CACHED_KEY_CHARS = 64
+
+
+@functools.lru_cache(maxsize=1024)
+def _encoded_str(key: str) -> bytes:
+    return _encoded(key)
+
+
+def _encoded_key(key: object) -> bytes:
+    # Dict keys are mostly a few short names ("model_id", "image", kwarg names) seen on every
+    # request; long ones are not cached, so the cache stays small whatever the keys.
+    if type(key) is str and len(key) <= _CACHED_KEY_CHARS:
+        return _encoded_str(key)
+    return _encoded(key)
+
+
 def _encoded_atoms(values: list[Any]) -> tuple[bytes, ...]:
     return tuple(_encoded(value) for value in values)
 
@@ -210,7 +227,7 @@ class MultiModalHasher:
     def iter_item_to_bytes(cls, key: str, obj: object) -> Iterator[Atom]:
         """The framed atoms of the entry ``key: obj`` within :meth:`hash_kwargs`' stream."""
         out: list[Atom] = []
-        _frame(out, _encoded(key))
+        _frame(out, _encoded_key(key))
         _append_framed(obj, out)
         yield from out
 

@@ -18,6 +18,8 @@ from typing import Any, Protocol, Union
 
 from cachetools import LRUCache
 
+from mediaref.processing._fast_encode import encode_text
+
 PromptSeq = Union[str, Sequence[int]]
 """Text, or a sequence of token ids."""
 
@@ -109,7 +111,7 @@ class PromptCodec:
             cached = self._cache.encoded.get(seq)
         if cached is not None:
             return cached
-        encoded = as_token_ids(tokenizer.encode(seq, add_special_tokens=False))
+        encoded = as_token_ids(encode_text(tokenizer, seq, add_special_tokens=False))
         self._store(self._cache.encoded, seq, encoded)
         return encoded
 
@@ -140,7 +142,7 @@ class PromptCodec:
     def encode_prompt(self, text: str) -> list[int]:
         """A whole prompt's token ids (uncached: prompts rarely repeat)."""
         tokenizer = self._require_tokenizer("re-encode the prompt")
-        return list(as_token_ids(tokenizer.encode(text, add_special_tokens=False)))
+        return list(as_token_ids(encode_text(tokenizer, text, add_special_tokens=False)))
 
     def decode_prompt(self, token_ids: Sequence[int]) -> str:
         """A whole prompt's text (uncached)."""

@@ -38,6 +38,7 @@ from mediaref.processing._input_checks import (
     validate_mm_counts,
     validate_mm_uuids,
 )
+from mediaref.processing._fast_encode import encode_text
 from mediaref.processing._hf_stages import HfMMInputs, HfProcessorStages, set_default_torch_num_threads
 from mediaref.processing.context import BaseProcessingInfo
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
@@ -303,7 +304,7 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
     def _tokenize_prompt(self, inputs: ProcessorInputs) -> list[int]:
         if isinstance(inputs.prompt, str):
             tokenizer = self.info.get_tokenizer()
-            token_ids = list(tokenizer.encode(inputs.prompt, **inputs.tokenization_kwargs))
+            token_ids = encode_text(tokenizer, inputs.prompt, **inputs.tokenization_kwargs)
         else:
             token_ids = list(inputs.prompt)
         return self._postprocess_prompt(token_ids)
