@@ -72,6 +72,8 @@ class MultiModalApplyState:
 
     def submit_decodes(self, modality: str, indices: list[int]) -> None:
         """Submit the decodes of the given items' refs that are neither decoded nor submitted."""
+        if not indices:  # all hits: the common case on a warm cache
+            return
         items = self.inputs.mm_data_items[modality]
         submitted = {id(job.ref) for job in self.jobs}
         wanted = []
@@ -83,6 +85,8 @@ class MultiModalApplyState:
 
     def wait_decodes(self) -> None:
         """Drain the decodes submitted since the last wait; raise the first failure (HTTP 422)."""
+        if not self._pending:
+            return
         pending, self._pending = self._pending, []
         start = time.perf_counter()
         try:
@@ -92,6 +96,8 @@ class MultiModalApplyState:
 
     async def wait_decodes_async(self) -> None:
         """:meth:`wait_decodes` off the event loop; shielded, it drains even through cancellation."""
+        if not self._pending:
+            return
         pending, self._pending = self._pending, []
         start = time.perf_counter()
         try:

