@@ -3,7 +3,8 @@
     python benchmarks/bench_fetch.py [--concurrency 200] [--rounds 7] [--kib 256]
 
 http: ``--concurrency`` concurrent fetches of one ``--kib`` KiB JPEG from an aiohttp server on
-127.0.0.1 (in its own process), timed per round, median of ``--rounds``:
+127.0.0.1 (in its own process; ``--origin-mbps`` paces its uplink, as a remote origin's network
+would), timed per round, median of ``--rounds``:
   bare aiohttp   one shared ClientSession, ``await response.read()``
   bare + key     the same, then ``derive_media_key`` on the media pool: the least any fetch that
                  returns a MediaRef must do
@@ -73,9 +74,40 @@ def make_jpeg(kib: int) -> bytes:
         side = int(side * 1.25)
 
 
-def _serve(payload: bytes, ports: multiprocessing.connection.Connection) -> None:
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(body=payload, content_type="image/jpeg")
+_PACED_CHUNK_BYTES = 64 * 1024
+
+
+class _Link:
+    """The origin's uplink when paced: one fixed bandwidth shared by every response."""
+
+    def __init__(self, megabits_per_s: float) -> None:
+        self._bytes_per_s = megabits_per_s * 1e6 / 8
+        self._free_at = 0.0
+
+    async def send(self, size: int) -> None:
+        """Wait until ``size`` more bytes would have left the link."""
+        now = asyncio.get_running_loop().time()
+        self._free_at = max(now, self._free_at) + size / self._bytes_per_s
+        await asyncio.sleep(self._free_at - now)
+
+
+def _serve(
+    payload: bytes, megabits_per_s: float, ports: multiprocessing.connection.Connection
+) -> None:
+    link = _Link(megabits_per_s) if megabits_per_s > 0 else None
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if link is None:
+            return web.Response(body=payload, content_type="image/jpeg")
+        response = web.StreamResponse(headers={"Content-Type": "image/jpeg"})
+        response.content_length = len(payload)
+        await response.prepare(request)
+        for start in range(0, len(payload), _PACED_CHUNK_BYTES):
+            chunk = payload[start : start + _PACED_CHUNK_BYTES]
+            await link.send(len(chunk))
+            await response.write(chunk)
+        await response.write_eof()
+        return response
 
     async def run() -> None:
         app = web.Application()
@@ -92,11 +124,11 @@ def _serve(payload: bytes, ports: multiprocessing.connection.Connection) -> None
 class Server:
     """The origin, in its own process so it does not compete with the client for the GIL."""
 
-    def __init__(self, payload: bytes) -> None:
+    def __init__(self, payload: bytes, megabits_per_s: float = 0.0) -> None:
         receive, send = multiprocessing.Pipe(duplex=False)
         self._receive = receive
         self._process = multiprocessing.get_context("spawn").Process(
-            target=_serve, args=(payload, send), daemon=True
+            target=_serve, args=(payload, megabits_per_s, send), daemon=True
         )
         self.port = 0
 
@@ -209,12 +241,21 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--kib", type=int, default=256)
+    parser.add_argument(
+        "--origin-mbps", type=float, default=0.0,
+        help="pace the origin's uplink to this many Mbit/s, shared by all responses (default 0:"
+        " unpaced loopback, where the client's CPU is the limit)",
+    )
     args = parser.parse_args()
 
     payload = make_jpeg(args.kib)
     kib = len(payload) / 1024
-    print(f"payload: {kib:.0f} KiB JPEG; concurrency {args.concurrency}; rounds {args.rounds}")
-    with Server(payload) as server:
+    origin = f"origin paced to {args.origin_mbps:g} Mbit/s" if args.origin_mbps > 0 else "unpaced"
+    print(
+        f"payload: {kib:.0f} KiB JPEG; concurrency {args.concurrency}; rounds {args.rounds};"
+        f" {origin}"
+    )
+    with Server(payload, args.origin_mbps) as server:
         url = f"http://127.0.0.1:{server.port}/image.jpg"
         http, http_cpu = asyncio.run(bench_http(url, args.concurrency, args.rounds))
     report(

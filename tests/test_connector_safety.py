@@ -261,6 +261,8 @@ def test_is_public_address(address: str, public: bool) -> None:
         "http://[::1/x",
         "http:///x",
         "http://exa mple.com/x",
+        "http://127.0.0.1\u2003@evil.example/x",  # Unicode whitespace in the authority
+        "http://exa\u00a0mple.com/x",
     ],
 )
 def test_confusable_or_malformed_urls_are_rejected_before_any_request(

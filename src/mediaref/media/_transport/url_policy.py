@@ -23,6 +23,7 @@ from mediaref.media._transport.errors import RefusedError
 HTTP_SCHEMES = frozenset({"http", "https"})
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_BACKSLASH_OR_SPACE = re.compile(r"[\\\s]")  # \s: every str.isspace() character
 # A host whose last label is a number is an IPv4 address in some parser's eyes (127.1, 0x7f.1,
 # 2130706433); only the canonical dotted quad is accepted, so every layer reads the same address.
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
@@ -59,7 +60,7 @@ class URLPolicy:
 
 def _check_parsers_agree(raw: str, url: URL) -> None:
     split = urlsplit(raw)
-    if "\\" in split.netloc or any(ch.isspace() for ch in split.netloc):
+    if _BACKSLASH_OR_SPACE.search(split.netloc):
         raise ValueError("backslash or whitespace in the URL's authority")
     if split.netloc:
         if split.scheme and split.scheme.lower() != url.scheme:
