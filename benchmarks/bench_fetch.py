@@ -1,6 +1,6 @@
 """Fetch overhead: MediaConnector against the bare alternative, side by side in one run.
 
-    python benchmarks/bench_fetch.py [--concurrency 200] [--rounds 7] [--kib 256]
+    python benchmarks/bench_fetch.py [--concurrency 200] [--rounds 7] [--kib 256] [--origin-mbps 0]
 
 http: ``--concurrency`` concurrent fetches of one ``--kib`` KiB JPEG from an aiohttp server on
 127.0.0.1 (in its own process; ``--origin-mbps`` paces its uplink, as a remote origin's network

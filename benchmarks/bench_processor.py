@@ -1,6 +1,6 @@
 """A stream of multimodal requests: mediaref's lazy path vs vLLM 0.33's eager path, in one run.
 
-    python benchmarks/bench_processor.py [--requests 80] [--hot-fraction 0.8] [--seed 0]
+    python benchmarks/bench_processor.py [--requests 80] [--hot-fraction 0.8] [--block 8] [--seed 0]
 
 Both paths start from fetched bytes and end with the processor's output for one request:
 
@@ -21,10 +21,13 @@ processor cache with the same byte budget. They see the same seeded stream: with
 ``--hot-videos`` 720p H.264 clips), otherwise it brings a new cold item (a video with probability
 ``--cold-video-fraction``, else a JPEG). Images are 1920x1080 JPEG q=90 made from scikit-image's
 colour photos (crops and mirror images for the cold ones); videos pan across those photos and are
-sampled to ``--video-frames`` frames. Every request runs on both paths back to back, the first
-path alternating, after a warm-up on separate items; hits and misses are read from each cache's
-counters and must agree between the paths. Outputs are compared (token ids always, pixel tensors
-on misses) outside the timed region.
+sampled to ``--video-frames`` frames. After a warm-up on separate items, each path serves the
+stream as a server serves its own: ``--block`` requests in a row (default 8), then the other path
+serves the same ones, the first path alternating per block; ``--block 1`` interleaves the paths
+request by request, so each one's hits run right after the other's decodes, with cold CPU caches.
+Each request's two costs are paired; hits and misses are read from each cache's counters and must
+agree between the paths. Outputs are compared (token ids always, pixel tensors on misses) outside
+the timed region.
 """
 
 from __future__ import annotations

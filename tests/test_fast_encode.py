@@ -60,24 +60,13 @@ _PIECES = st.sampled_from(["<|image_pad|>", "<|im_start|>", "<|im_end|>", "\n", 
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(_PIECES, st.text(max_size=12)), max_size=12))
-def test_direct_route_matches_on_arbitrary_text(pieces: list[str]) -> None:
-    tokenizer = _shared_tokenizer()
-    prompt = "".join(pieces)
+@given(pieces=st.lists(st.one_of(_PIECES, st.text(max_size=12)), max_size=12))
+def test_direct_route_matches_on_arbitrary_text(tokenizer: Any, pieces: list[str]) -> None:
+    prompt = "".join(pieces)  # the module-scoped tokenizer is shared by every example
     assert encode_text(tokenizer, prompt) == tokenizer.encode(prompt)
     assert encode_text(tokenizer, prompt, add_special_tokens=False) == tokenizer.encode(
         prompt, add_special_tokens=False
     )
-
-
-_cached: list[Any] = []
-
-
-def _shared_tokenizer() -> Any:
-    # hypothesis cannot take function-scoped fixtures; one tokenizer serves every example.
-    if not _cached:
-        _cached.append(load_tokenizer())
-    return _cached[0]
 
 
 def test_other_arguments_go_through_the_wrapper(tokenizer: Any) -> None:
