@@ -141,9 +141,9 @@ def test_budget_zero_disables_caching() -> None:
 
 
 def test_budget_defaults_to_the_environment_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("VLLM_MM_PROCESSOR_CACHE_GB", raising=False)
+    monkeypatch.delenv("MEDIAREF_MM_PROCESSOR_CACHE_GB", raising=False)
     assert MultiModalReceiverCache().capacity_bytes == 4 * GiB
-    monkeypatch.setenv("VLLM_MM_PROCESSOR_CACHE_GB", "0.5")
+    monkeypatch.setenv("MEDIAREF_MM_PROCESSOR_CACHE_GB", "0.5")
     assert MultiModalProcessorOnlyCache().capacity_bytes == GiB // 2
     assert MultiModalProcessorOnlyCache(2).capacity_bytes == 2 * GiB  # the argument wins
 

@@ -179,7 +179,7 @@ def test_every_failure_mode_raises_a_mediaref_error(
     mode: str,
 ) -> None:
     monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "0.2")
-    monkeypatch.setenv("VLLM_MEDIA_FETCH_RETRIES", "0")
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")
     url, expected = _failure_urls(media_server, tmp_path)[failure]
     request = MediaConnector(
         http_client,

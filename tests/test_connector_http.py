@@ -114,7 +114,7 @@ def test_status_maps_to_error_type_and_transient_ones_are_retried(
     error_type: type[Exception],
     attempts: int,
 ) -> None:
-    monkeypatch.setenv("VLLM_MEDIA_FETCH_RETRIES", "2")
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "3")
     url = media_server.url(f"/status/{status}")
     with pytest.raises(error_type) as caught:
         connector.fetch_image(url, RawMediaIO())
@@ -126,7 +126,7 @@ def test_status_maps_to_error_type_and_transient_ones_are_retried(
 def test_retries_follow_the_setting(
     media_server: MediaServer, connector: MediaConnector, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VLLM_MEDIA_FETCH_RETRIES", "0")
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")
     with pytest.raises(MediaServerError):
         connector.fetch_image(media_server.url("/status/500"), RawMediaIO())
     assert media_server.count("/status/500") == 1
@@ -165,7 +165,7 @@ def test_slow_origin_times_out_with_the_modality_timeout(
     ):
         monkeypatch.setenv(other, "60")
     monkeypatch.setenv(setting, "0.3")
-    monkeypatch.setenv("VLLM_MEDIA_FETCH_RETRIES", "1")
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "2")
     io = {"fetch_image": RawMediaIO, "fetch_video": RawVideoIO, "fetch_audio": RawAudioIO}[fetch]()
     with pytest.raises(MediaTimeoutError, match="timed out"):
         getattr(connector, fetch)(media_server.url("/slow"), io)
@@ -176,7 +176,7 @@ def test_explicit_fetch_timeout_overrides_the_modality_setting(
     media_server: MediaServer, connector: MediaConnector, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "60")
-    monkeypatch.setenv("VLLM_MEDIA_FETCH_RETRIES", "0")
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")
     with pytest.raises(MediaTimeoutError):
         connector.load_from_url(media_server.url("/slow"), RawMediaIO(), fetch_timeout=0.3)
 

@@ -74,7 +74,7 @@ def test_the_shared_download_uses_the_video_timeout(
     monkeypatch.setenv("VLLM_VIDEO_FETCH_TIMEOUT", "0.3")
     monkeypatch.setenv("VLLM_AUDIO_FETCH_TIMEOUT", "60")
     monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "60")
-    monkeypatch.setenv("VLLM_MEDIA_FETCH_RETRIES", "0")
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")
     with pytest.raises(MediaTimeoutError):
         connector.fetch_video_and_audio(media_server.url("/slow"), RawVideoIO(), RawAudioIO())
 

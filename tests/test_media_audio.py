@@ -72,7 +72,7 @@ def backend_calls(monkeypatch: pytest.MonkeyPatch) -> BackendCalls:
 @pytest.fixture(autouse=True)
 def _default_caps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", raising=False)
-    monkeypatch.delenv("VLLM_MAX_AUDIO_DURATION_S", raising=False)
+    monkeypatch.delenv("VLLM_MAX_AUDIO_DECODE_DURATION_S", raising=False)
 
 
 def _assert_layout(samples: np.ndarray, channels: int, num_samples: int | None = None) -> None:
@@ -273,12 +273,12 @@ def test_max_duration_must_be_positive(bad: Any) -> None:
 
 
 def test_duration_cap_sources(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert AudioMediaIO().get_max_duration_s() == 3600.0
-    monkeypatch.setenv("VLLM_MAX_AUDIO_DURATION_S", "12.5")
+    assert AudioMediaIO().get_max_duration_s() == 600.0
+    monkeypatch.setenv("VLLM_MAX_AUDIO_DECODE_DURATION_S", "12.5")
     assert AudioMediaIO().get_max_duration_s() == 12.5
     assert AudioMediaIO(max_duration_s=30).get_max_duration_s() == 30.0
     assert AudioMediaIO(max_duration_s=math.inf).get_max_duration_s() is None
-    monkeypatch.setenv("VLLM_MAX_AUDIO_DURATION_S", "0")
+    monkeypatch.setenv("VLLM_MAX_AUDIO_DECODE_DURATION_S", "0")
     assert AudioMediaIO().get_max_duration_s() is None
 
 
@@ -307,7 +307,7 @@ def test_header_duration_over_the_cap_fails_at_construction(
     monkeypatch: pytest.MonkeyPatch, backend_calls: BackendCalls, via_env: bool
 ) -> None:
     if via_env:
-        monkeypatch.setenv("VLLM_MAX_AUDIO_DURATION_S", "2")
+        monkeypatch.setenv("VLLM_MAX_AUDIO_DECODE_DURATION_S", "2")
     decoder = AudioMediaIO() if via_env else AudioMediaIO(max_duration_s=2)
     too_long = encode_soundfile(sine(MONO, 8000, 2.5), 8000, "FLAC", "PCM_16")
     at_cap = encode_soundfile(sine(MONO, 8000, 2.0), 8000, "FLAC", "PCM_16")
@@ -321,7 +321,7 @@ def test_header_duration_over_the_cap_fails_at_construction(
 
 
 def test_kwarg_overrides_env_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VLLM_MAX_AUDIO_DURATION_S", "1")
+    monkeypatch.setenv("VLLM_MAX_AUDIO_DECODE_DURATION_S", "1")
     data = encode_soundfile(sine(MONO, 8000, 2.0), 8000, "WAV", "PCM_16")
     samples, _ = AudioMediaIO(max_duration_s=10).load_bytes_ref(data).decode()
     assert samples.shape == (16000,)

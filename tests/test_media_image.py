@@ -42,7 +42,7 @@ IMAGE_ID = "5d8f2a31c0e94b7fa6e21d3c4b5a6978"
 
 @pytest.fixture(autouse=True)
 def _default_image_caps(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("VLLM_MAX_IMAGE_PIXELS", "VLLM_MAX_IMAGE_FILESIZE_MB"):
+    for name in ("VLLM_MAX_IMAGE_PIXELS", "MEDIAREF_MAX_IMAGE_FILESIZE_MB"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -430,7 +430,7 @@ def test_decompression_bomb_fails_at_construction_without_pixels(pixel_work: Pix
     finally:
         tracemalloc.stop()
     message = str(caught.value)
-    assert "30000x30000" in message and "900000000" in message and "89478485" in message
+    assert "30000x30000" in message and "900000000" in message and "178956970" in message
     assert (pixel_work.loads, pixel_work.cores_allocated) == (0, 0)
     assert peak < 2 * 1024 * 1024
 
@@ -528,14 +528,14 @@ def test_pillow_global_limit_is_neither_consulted_nor_changed(
 def test_encoded_size_cap_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     media_io = ImageMediaIO()
     assert media_io.get_max_bytes() == 64 * 1024 * 1024
-    monkeypatch.setenv("VLLM_MAX_IMAGE_FILESIZE_MB", "0.5")
+    monkeypatch.setenv("MEDIAREF_MAX_IMAGE_FILESIZE_MB", "0.5")
     assert media_io.get_max_bytes() == 512 * 1024
     with pytest.raises(MediaTooLargeError, match="791555 bytes exceeds the 524288-byte"):
         media_io.load_bytes_ref(sample_bytes("astronaut.png"))
     with pytest.raises(MediaTooLargeError):
         media_io.load_file_ref(sample_path("astronaut.png"))
     assert media_io.load_bytes_ref(sample_bytes("chelsea.png")).decode().size == (451, 300)
-    monkeypatch.setenv("VLLM_MAX_IMAGE_FILESIZE_MB", "0")
+    monkeypatch.setenv("MEDIAREF_MAX_IMAGE_FILESIZE_MB", "0")
     assert media_io.get_max_bytes() is None
     media_io.load_bytes_ref(sample_bytes("astronaut.png"))
 

@@ -251,7 +251,7 @@ def test_other_base64_media_types_decode_the_container() -> None:
 
 
 def test_encoded_size_cap_applies_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VLLM_MAX_VIDEO_FILESIZE_MB", "0.001")  # 1048 bytes
+    monkeypatch.setenv("MEDIAREF_MAX_VIDEO_FILESIZE_MB", "0.001")  # 1048 bytes
     data = make_clip()
     assert len(data) > 1048
 

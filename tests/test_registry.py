@@ -193,9 +193,9 @@ def test_a_positive_budget_gives_a_processor_only_cache() -> None:
 
 def test_unset_budget_reads_the_env_at_use(monkeypatch: pytest.MonkeyPatch) -> None:
     config = ModelConfig(model=QWEN2_VL)  # mm_processor_cache_gb=None
-    monkeypatch.setenv("VLLM_MM_PROCESSOR_CACHE_GB", "0")
+    monkeypatch.setenv("MEDIAREF_MM_PROCESSOR_CACHE_GB", "0")
     assert MULTIMODAL_REGISTRY.processor_cache_from_config(config) is None
-    monkeypatch.setenv("VLLM_MM_PROCESSOR_CACHE_GB", "0.5")
+    monkeypatch.setenv("MEDIAREF_MM_PROCESSOR_CACHE_GB", "0.5")
     assert isinstance(
         MULTIMODAL_REGISTRY.processor_cache_from_config(config), MultiModalProcessorOnlyCache
     )

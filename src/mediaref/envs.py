@@ -2,7 +2,8 @@
 
 ``mediaref.envs.VLLM_IMAGE_FETCH_TIMEOUT`` parses the variable each time it is accessed, so a test
 or a server that changes ``os.environ`` sees the change at once. Names follow vLLM's ``VLLM_*``
-settings; the ones vLLM lacks keep the same prefix so one deployment config serves both.
+settings with vLLM 0.33.0's defaults, so one deployment config serves both; a setting vLLM does
+not have is ``MEDIAREF_*``.
 """
 
 from __future__ import annotations
@@ -20,29 +21,36 @@ def _optional_str(raw: str) -> str | None:
 
 
 # name -> (parser, default). The default is returned as is when the variable is unset or empty.
+# vLLM's names carry vLLM 0.33.0's defaults; MEDIAREF_* are settings vLLM does not have.
 _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
-    # Decoding
-    "VLLM_MAX_IMAGE_PIXELS": (int, 89_478_485),  # Pillow's own default; 0 disables the check
-    "VLLM_MAX_IMAGE_FILESIZE_MB": (float, 64.0),
-    "VLLM_MAX_VIDEO_FILESIZE_MB": (float, 1024.0),
+    # Decoding: per-item caps
+    "VLLM_MAX_IMAGE_PIXELS": (int, 178_956_970),  # Pillow's 2x bomb threshold; 0 disables
     "VLLM_MAX_AUDIO_CLIP_FILESIZE_MB": (float, 25.0),
-    "VLLM_MAX_AUDIO_DURATION_S": (float, 3600.0),
+    "VLLM_MAX_AUDIO_DECODE_DURATION_S": (float, 600.0),
+    "VLLM_MAX_AUDIO_DECODE_BYTES": (int, 268_435_456),  # float32 PCM a decode may allocate
+    "MEDIAREF_MAX_IMAGE_FILESIZE_MB": (float, 64.0),
+    "MEDIAREF_MAX_VIDEO_FILESIZE_MB": (float, 1024.0),
+    # Decoding: per-request caps and trust
+    "VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES": (int, 715_827_880),  # decoded bytes per request
+    "MEDIAREF_TRUST_EXIF_IMAGE_ID": (_bool, True),  # key images by their EXIF ImageID
+    # Decoding: backends and pool
     "VLLM_VIDEO_LOADER_BACKEND": (str, "pyav"),
     "VLLM_MEDIA_LOADING_THREAD_COUNT": (int, 8),
     # Transport
     "VLLM_IMAGE_FETCH_TIMEOUT": (float, 5.0),
     "VLLM_VIDEO_FETCH_TIMEOUT": (float, 30.0),
     "VLLM_AUDIO_FETCH_TIMEOUT": (float, 10.0),
-    "VLLM_MEDIA_FETCH_RETRIES": (int, 2),
+    "VLLM_MEDIA_FETCH_MAX_RETRIES": (int, 3),  # attempts in all, as in vLLM (at least 1)
+    "VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB": (float, 256.0),  # one http(s) download
+    "VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB": (float, 256.0),  # all of one request's downloads
     "VLLM_MEDIA_URL_ALLOW_REDIRECTS": (_bool, True),
     "VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS": (_bool, False),
     "VLLM_MEDIA_CONNECTOR": (str, "http"),
     "VLLM_MEDIA_CACHE": (_optional_str, None),
     "VLLM_MEDIA_CACHE_MAX_SIZE_MB": (float, 5120.0),
     "VLLM_MEDIA_CACHE_TTL_HOURS": (float, 24.0),
-    "VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB": (float, 0.0),  # 0: no per-request budget
-    # Processing
-    "VLLM_MM_PROCESSOR_CACHE_GB": (float, 4.0),
+    # Processing (vLLM has this as the model config's mm_processor_cache_gb, not a variable)
+    "MEDIAREF_MM_PROCESSOR_CACHE_GB": (float, 4.0),
 }
 
 

@@ -7,7 +7,7 @@ order of ``get_and_update`` calls matters):
 - :class:`MultiModalProcessorSenderCache` (frontend) and :class:`MultiModalReceiverCache`
   (engine core): the frontend keeps sizes only and sends ``None`` for items the engine core holds.
 
-The budget is ``mm_processor_cache_gb`` GiB (default ``VLLM_MM_PROCESSOR_CACHE_GB``, 4; 0 stores
+The budget is ``mm_processor_cache_gb`` GiB (default ``MEDIAREF_MM_PROCESSOR_CACHE_GB``, 4; 0 stores
 nothing). An item larger than the whole budget is served but not stored, and evicts nothing.
 """
 

@@ -79,7 +79,7 @@ class BaseMultiModalCache(ABC, Generic[_I, _O]):
 
     def __init__(self, mm_processor_cache_gb: float | None = None) -> None:
         """``mm_processor_cache_gb``: the byte budget in GiB; ``None`` reads
-        ``VLLM_MM_PROCESSOR_CACHE_GB`` (default 4); ``0`` stores nothing."""
+        ``MEDIAREF_MM_PROCESSOR_CACHE_GB`` (default 4); ``0`` stores nothing."""
         self._lock = threading.Lock()
         self._store: ByteBudgetLRU[str, Any] = ByteBudgetLRU(
             capacity_bytes_from_gb(mm_processor_cache_gb), self._stored_nbytes

@@ -41,9 +41,9 @@ def estimate_nbytes(value: object) -> int:
 
 
 def capacity_bytes_from_gb(mm_processor_cache_gb: float | None) -> int:
-    """The byte budget for ``mm_processor_cache_gb`` (``None``: ``VLLM_MM_PROCESSOR_CACHE_GB``)."""
+    """The byte budget for ``mm_processor_cache_gb`` (``None``: ``MEDIAREF_MM_PROCESSOR_CACHE_GB``)."""
     if mm_processor_cache_gb is None:
-        mm_processor_cache_gb = float(envs.VLLM_MM_PROCESSOR_CACHE_GB)
+        mm_processor_cache_gb = float(envs.MEDIAREF_MM_PROCESSOR_CACHE_GB)
     if not mm_processor_cache_gb >= 0 or mm_processor_cache_gb == float("inf"):  # catches NaN
         raise VLLMValidationError(
             f"mm_processor_cache_gb must be a finite number >= 0, got {mm_processor_cache_gb!r}",

@@ -11,8 +11,8 @@ JPEG_FRAMES_MEDIA_TYPE = "video/jpeg"
 
 
 def video_max_bytes() -> int | None:
-    """``VLLM_MAX_VIDEO_FILESIZE_MB`` in bytes; None (no cap) when it is 0 or less."""
-    return envs.size_cap_bytes("VLLM_MAX_VIDEO_FILESIZE_MB")
+    """``MEDIAREF_MAX_VIDEO_FILESIZE_MB`` in bytes; None (no cap) when it is 0 or less."""
+    return envs.size_cap_bytes("MEDIAREF_MAX_VIDEO_FILESIZE_MB")
 
 
 def is_jpeg_frames(media_type: str) -> bool:

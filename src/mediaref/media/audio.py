@@ -13,7 +13,7 @@ rate as a float. Resampling and channel mixing are the parse layer's job (``Medi
 decoder never imports librosa, whose first resample pulls in numba for seconds.
 
 Caps: the encoded size (``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB``) and the duration
-(``VLLM_MAX_AUDIO_DURATION_S``, or the ``max_duration_s`` argument). A non-positive environment
+(``VLLM_MAX_AUDIO_DECODE_DURATION_S``, or the ``max_duration_s`` argument). A non-positive environment
 value disables its cap. Both raise ``MediaTooLargeError``: the size and a header-declared duration
 when the ref is built, a decoded duration while decoding.
 """
@@ -40,7 +40,7 @@ _REASON_MAX_CHARS = 200
 class AudioMediaIO(MediaIO[AudioSamples]):
     """Decodes audio bytes with soundfile, falling back to PyAV.
 
-    ``max_duration_s`` overrides ``VLLM_MAX_AUDIO_DURATION_S`` for this decoder; pass
+    ``max_duration_s`` overrides ``VLLM_MAX_AUDIO_DECODE_DURATION_S`` for this decoder; pass
     ``math.inf`` for no cap. Any other keyword is rejected: none would change the decode, and a
     silently ignored option would be a setting missing from the cache key.
     """
@@ -80,7 +80,7 @@ class AudioMediaIO(MediaIO[AudioSamples]):
         """The duration cap in seconds, or None for none (the argument wins over the env)."""
         if self.max_duration_s is not None:
             return None if math.isinf(self.max_duration_s) else float(self.max_duration_s)
-        limit_s = envs.VLLM_MAX_AUDIO_DURATION_S
+        limit_s = envs.VLLM_MAX_AUDIO_DECODE_DURATION_S
         return limit_s if limit_s > 0 else None
 
     def load_bytes(self, data: bytes) -> AudioSamples:

@@ -173,7 +173,7 @@ class MediaConnector:
                         if fetch_timeout is not None
                         else _fetch_timeout_seconds(media_ios[0])
                     ),
-                    retries=max(0, envs.VLLM_MEDIA_FETCH_RETRIES),
+                    retries=max(1, envs.VLLM_MEDIA_FETCH_MAX_RETRIES) - 1,
                     budget=self._download_budget,
                     cache=_disk_cache_from_env(),
                 )

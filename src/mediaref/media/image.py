@@ -69,7 +69,7 @@ class ImageMediaIO(MediaIO[Image.Image]):
         return self._spec
 
     def get_max_bytes(self) -> int | None:
-        return envs.size_cap_bytes("VLLM_MAX_IMAGE_FILESIZE_MB")
+        return envs.size_cap_bytes("MEDIAREF_MAX_IMAGE_FILESIZE_MB")
 
     def load_bytes(self, data: bytes) -> Image.Image:
         try:

@@ -30,7 +30,7 @@ class ModelConfig:
     """Per-modality decoder settings, e.g. ``{"video": {"num_frames": 16}}`` (``--media-io-kwargs``)."""
 
     mm_processor_cache_gb: float | None = None
-    """Processor output cache budget; None reads ``VLLM_MM_PROCESSOR_CACHE_GB`` (4), 0 disables."""
+    """Processor output cache budget; None reads ``MEDIAREF_MM_PROCESSOR_CACHE_GB`` (4), 0 disables."""
 
     family: str | None = None
     """The registered processor family; None reads ``model_type`` from the directory's config.json."""
