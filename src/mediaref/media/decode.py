@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from mediaref.exceptions import VLLMUnprocessableEntityError
 from mediaref.media.base import MediaRef
+from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 from mediaref.media.executor import get_media_executor
 
 _T = TypeVar("_T")
@@ -43,22 +44,29 @@ def unprocessable_media_error(modality: str, index: int, exc: BaseException) -> 
     )
 
 
+def _decode_charging(ref: MediaRef[_T], budget: MediaDecodedBudget | None) -> _T:
+    with decode_budget_scope(budget):
+        return ref.decode()
+
+
 def submit_media_decodes(
     items: Iterable[tuple[str, int, MediaRef[Any]]],
     jobs: list[MediaDecodeJob],
     *,
     executor: concurrent.futures.Executor | None = None,
+    budget: MediaDecodedBudget | None = None,
 ) -> list[MediaDecodeJob]:
     """Submit ``ref.decode`` for each ``(modality, index, ref)``, appending each job to ``jobs`` at once.
 
     Appending before the next submit means that if a later submit fails (a shut-down pool, say),
     the caller's list already holds every decode that is running, and it can drain them.
+    Each decode charges ``budget`` (the request's decoded bytes) from whichever thread runs it.
     Returns the jobs this call submitted.
     """
     pool = executor if executor is not None else get_media_executor()
     submitted: list[MediaDecodeJob] = []
     for modality, index, ref in items:
-        job = MediaDecodeJob(modality, index, ref, pool.submit(ref.decode))
+        job = MediaDecodeJob(modality, index, ref, pool.submit(_decode_charging, ref, budget))
         jobs.append(job)
         submitted.append(job)
     return submitted

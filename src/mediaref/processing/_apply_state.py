@@ -23,6 +23,7 @@ from mediaref.media.decode import (
     submit_media_decodes,
     unprocessable_media_error,
 )
+from mediaref.media.decode_budget import MediaDecodedBudget
 
 if TYPE_CHECKING:
     from mediaref.parse import MultiModalDataItems
@@ -61,6 +62,8 @@ class MultiModalApplyState:
     jobs: list[MediaDecodeJob] = field(default_factory=list)
     timings: ApplyTimings = field(default_factory=ApplyTimings)
     error_factory: DecodeErrorFactory = unprocessable_media_error
+    decoded_budget: MediaDecodedBudget = field(default_factory=MediaDecodedBudget)
+    """The request's decoded bytes (``VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES``), charged by its decodes."""
     _pending: list[MediaDecodeJob] = field(default_factory=list)
     _owned: list[MediaRef[Any]] = field(default_factory=list)
     _closed: bool = False
@@ -81,7 +84,7 @@ class MultiModalApplyState:
             raw = items.get_raw(index)
             if isinstance(raw, MediaRef) and not raw.is_decoded and id(raw) not in submitted:
                 wanted.append((modality, items.get_original_index(index), raw))
-        self._pending.extend(submit_media_decodes(wanted, self.jobs))
+        self._pending.extend(submit_media_decodes(wanted, self.jobs, budget=self.decoded_budget))
 
     def wait_decodes(self) -> None:
         """Drain the decodes submitted since the last wait; raise the first failure (HTTP 422)."""
