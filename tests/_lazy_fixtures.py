@@ -147,6 +147,7 @@ class HfCall:
     thread_name: str
     owned_payloads: list[bytes]
     released: list[bool]
+    torch_threads: int
 
 
 def make_inspecting_processor_class() -> type[Any]:
@@ -193,6 +194,7 @@ def make_inspecting_processor_class() -> type[Any]:
                     thread_name=threading.current_thread().name,
                     owned_payloads=[ref.data for ref in owned],
                     released=[ref.is_released for ref in owned],
+                    torch_threads=torch.get_num_threads(),
                 )
             )
             cls.hf_started.set()

@@ -24,7 +24,6 @@ from transformers import BatchFeature
 from mediaref.inputs import MultiModalKwargsItems
 from mediaref.models.builtin import builtin_model_path
 from mediaref.parse import MultiModalDataItems, MultiModalDataParser
-from mediaref.processing._hf_stages import set_default_torch_num_threads
 from mediaref.processing.context import BaseProcessingInfo, InputProcessingContext, ModelConfig
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 from mediaref.processing.fields import MultiModalFieldConfig, build_kwargs_items
@@ -300,39 +299,12 @@ def test_postprocess_also_runs_when_nothing_was_processed() -> None:
 # --- torch threads -------------------------------------------------------------------------------
 
 
-def test_hf_call_runs_on_one_torch_thread_and_the_count_is_restored(
-    restore_torch_threads: int,
-) -> None:
+def test_the_processor_leaves_torch_threads_alone(restore_torch_threads: int) -> None:
+    # Bounding threads is the renderer's job (tests/test_torch_threads.py); library code run
+    # directly must not change process-wide torch state on every call.
     processor = make_processor()
     run_main(processor, {"image": images(1)})
-    assert hf_of(processor).threads_during_call == [1]
-    assert torch.get_num_threads() == restore_torch_threads
-
-
-def test_thread_count_is_restored_when_the_hf_call_raises(restore_torch_threads: int) -> None:
-    processor = make_processor()
-    hf_of(processor).error = RuntimeError("processor exploded")
-    with pytest.raises(RuntimeError, match="processor exploded"):
-        run_main(processor, {"image": images(1)})
-    assert hf_of(processor).threads_during_call == [1]
-    assert torch.get_num_threads() == restore_torch_threads
-
-
-def test_set_default_torch_num_threads_restores_after_an_exception(
-    restore_torch_threads: int,
-) -> None:
-    with pytest.raises(KeyError):
-        with set_default_torch_num_threads(2):
-            assert torch.get_num_threads() == 2
-            raise KeyError("body failed")
-    assert torch.get_num_threads() == restore_torch_threads
-
-
-def test_set_default_torch_num_threads_nests(restore_torch_threads: int) -> None:
-    with set_default_torch_num_threads(2):
-        with set_default_torch_num_threads(1):
-            assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 2
+    assert hf_of(processor).threads_during_call == [restore_torch_threads]
     assert torch.get_num_threads() == restore_torch_threads
 
 

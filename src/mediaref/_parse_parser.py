@@ -9,6 +9,7 @@ Each of those transforms runs in the parallel decode phase, on the media pool.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
@@ -25,6 +26,7 @@ from mediaref._parse_items import (
     MultiModalDataItems,
 )
 from mediaref._parse_video import VIDEO_METADATA_REQUIRED_MESSAGE, VideoProcessorItems
+from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import ModalityData, MultiModalDataDict
 from mediaref.media.base import MediaRef
 
@@ -42,6 +44,44 @@ def _is_frame_list(data: object) -> bool:
     if _is_list_of(data, Image):
         return True
     return isinstance(data, list) and _is_list_of(data, _Array) and all(frame.ndim == 3 for frame in data)
+
+
+# A string or a path as a media item names a location. Handed on, the HF processor would fetch the
+# URL or open the file itself, with no address policy, no allowed-path check and no size cap.
+_LOCATION_TYPES = (str, os.PathLike)
+
+
+def _find_location(data: object, depth: int = 0) -> str | None:
+    """Where in ``data`` a string or path item sits (``""`` for ``data`` itself), else None.
+
+    Looks into lists and tuples two levels down: a modality's list of items, a video's list of
+    frames, an ``(item, rate)`` or ``(frames, metadata)`` pair. Dicts are embedding fields, which
+    never reach a loader.
+    """
+    if isinstance(data, _LOCATION_TYPES):
+        return ""
+    if depth < 2 and isinstance(data, (list, tuple)):
+        for index, item in enumerate(data):
+            found = _find_location(item, depth + 1)
+            if found is not None:
+                return f"[{index}]{found}"
+    return None
+
+
+def refuse_location_items(modality: str, data: object) -> None:
+    """Raise ``VLLMValidationError`` (400) if ``data`` carries a URL or file path as media.
+
+    vLLM's item types hold decoded media only; URLs are fetched by the connector, under its
+    policy, and arrive as refs.
+    """
+    found = _find_location(data)
+    if found is not None:
+        raise VLLMValidationError(
+            f"multi_modal_data[{modality!r}]{found} is a string or path; mediaref never fetches or "
+            f"opens those as media. Fetch URLs with MediaConnector.fetch_{modality}() (which "
+            "applies the URL policy and size caps) and pass the ref, or pass decoded media.",
+            parameter=modality,
+        )
 
 
 def _prepare_items(
@@ -235,6 +275,7 @@ class MultiModalDataParser:
         for modality, data in mm_data.items():
             if modality not in subparsers:
                 raise ValueError(f"Unsupported modality: {modality}")
+            refuse_location_items(modality, data)
             parsed = subparsers[modality](data)
             if parsed is not None:  # empty data is dropped, as in vLLM
                 mm_items[modality] = parsed

@@ -13,6 +13,7 @@ like (numbered ones like ``Audio 2: ...`` included), even when a request brings 
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -48,8 +49,13 @@ def _is_content_access(node: jinja2.nodes.Node, content_names: set[str]) -> bool
     return isinstance(node, jinja2.nodes.Name) and node.name in content_names
 
 
+@functools.lru_cache(maxsize=64)
 def detect_content_format(template: str) -> ChatTemplateContentFormat:
-    """"openai" if the template iterates over a message's content parts, else "string"."""
+    """"openai" if the template iterates over a message's content parts, else "string".
+
+    Memoized: parsing a template costs about a millisecond, and a server sees the same few
+    templates on every request.
+    """
     try:
         ast = jinja2.Environment(extensions=["jinja2.ext.loopcontrols", "jinja2.ext.do"]).parse(
             template
@@ -68,6 +74,13 @@ def detect_content_format(template: str) -> ChatTemplateContentFormat:
         if _is_content_access(loop.iter, content_names):
             return "openai"
     return "string"
+
+
+# Placeholders read off a template by rendering a probe conversation, per (template, modality,
+# ordinal): the same for every request that renders with that template, and a render each.
+_PROBED_PLACEHOLDERS_MAX = 256
+_probed_placeholders: dict[tuple[str, str, int], str] = {}
+_probed_lock = threading.Lock()
 
 
 class ModelChatTemplate:
@@ -176,6 +189,18 @@ class ModelChatTemplate:
 
     def _probe(self, modality: str, ordinal: int) -> str:
         model_template = self.model_source
+        memo_key = (model_template, modality, ordinal)
+        with _probed_lock:
+            cached = _probed_placeholders.get(memo_key)
+        if cached is None:
+            cached = self._render_probe(model_template, modality, ordinal)
+            with _probed_lock:
+                if len(_probed_placeholders) >= _PROBED_PLACEHOLDERS_MAX:
+                    _probed_placeholders.pop(next(iter(_probed_placeholders)))
+                _probed_placeholders[memo_key] = cached
+        return cached
+
+    def _render_probe(self, model_template: str, modality: str, ordinal: int) -> str:
         if detect_content_format(model_template) != "openai":
             return ""  # a string template prints the parts' repr: nothing to read off it
         earlier = [{"type": modality}] * (ordinal - 1)  # numbered placeholders count these

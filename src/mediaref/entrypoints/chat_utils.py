@@ -25,6 +25,8 @@ fetch failures propagate as the connector's :class:`~mediaref.exceptions.MediaRe
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -134,18 +136,25 @@ async def parse_chat_messages_async(
     chat_template: str | None = None,
     interleave_strings: bool = False,
 ) -> ParsedChat:
-    """:func:`parse_chat_messages`, fetching every item of the request concurrently."""
-    tracker, conversation = _start_parse(
-        AsyncMultiModalItemTracker,
-        messages,
-        model_config,
-        connector,
-        content_format=content_format,
-        media_io_kwargs=media_io_kwargs,
-        mm_processor_kwargs=mm_processor_kwargs,
-        limit_mm_per_prompt=limit_mm_per_prompt,
-        chat_template=chat_template,
-        interleave_strings=interleave_strings,
+    """:func:`parse_chat_messages`, fetching every item of the request concurrently.
+
+    Parsing runs on a worker thread: on a model's first request it loads the tokenizer and HF
+    processor from disk, and a template or decoder lookup must never stall the event loop.
+    """
+    tracker, conversation = await asyncio.to_thread(
+        functools.partial(
+            _start_parse,
+            AsyncMultiModalItemTracker,
+            messages,
+            model_config,
+            connector,
+            content_format=content_format,
+            media_io_kwargs=media_io_kwargs,
+            mm_processor_kwargs=mm_processor_kwargs,
+            limit_mm_per_prompt=limit_mm_per_prompt,
+            chat_template=chat_template,
+            interleave_strings=interleave_strings,
+        )
     )
     return conversation, await tracker.all_mm_data_async(), tracker.all_mm_uuids()
 

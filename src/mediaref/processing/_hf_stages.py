@@ -13,13 +13,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-import torch
 
 from mediaref.processing.context import BaseProcessingInfo
 
@@ -30,25 +26,6 @@ if TYPE_CHECKING:
     from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 
 _I = TypeVar("_I", bound=BaseProcessingInfo)
-
-_torch_threads_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def set_default_torch_num_threads(num_threads: int = 1) -> Iterator[None]:
-    """Run an HF processor call with a bounded torch thread count, restoring it afterwards.
-
-    Torch's intra-op pool defaults to every core; an HF processor on the processing worker would
-    then compete with the media pool's decoders for the same cores.
-    """
-    with _torch_threads_lock:
-        previous = torch.get_num_threads()
-        torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        with _torch_threads_lock:
-            torch.set_num_threads(previous)
 
 
 @dataclass
@@ -137,12 +114,11 @@ class HfProcessorStages(Generic[_I]):
         hf_inputs = self._get_hf_mm_inputs(mm_items, hf_processor_mm_kwargs, tokenization_kwargs)
         processed = None
         if hf_inputs.mm_data:
-            with set_default_torch_num_threads():
-                processed = self._call_hf_processor(
-                    hf_inputs.text, hf_inputs.mm_data, hf_inputs.mm_kwargs, hf_inputs.tok_kwargs
-                )
+            processed = self._call_hf_processor(
+                hf_inputs.text, hf_inputs.mm_data, hf_inputs.mm_kwargs, hf_inputs.tok_kwargs
+            )
         finalized = self._finalize_hf_mm_data(processed, hf_inputs.passthrough_data)
         return self._postprocess_hf_mm_data(finalized, hf_processor_mm_kwargs)
 
 
-__all__ = ["HfMMInputs", "HfProcessorStages", "set_default_torch_num_threads"]
+__all__ = ["HfMMInputs", "HfProcessorStages"]

@@ -39,7 +39,7 @@ from mediaref.processing._input_checks import (
     validate_mm_uuids,
 )
 from mediaref.processing._fast_encode import encode_text
-from mediaref.processing._hf_stages import HfMMInputs, HfProcessorStages, set_default_torch_num_threads
+from mediaref.processing._hf_stages import HfMMInputs, HfProcessorStages
 from mediaref.processing.context import BaseProcessingInfo
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 from mediaref.processing.fields import MultiModalFieldConfig, build_kwargs_items
@@ -348,5 +348,4 @@ __all__ = [
     "PromptUpdate",
     "PromptUpdateDetails",
     "ResolvedPromptUpdate",
-    "set_default_torch_num_threads",
 ]

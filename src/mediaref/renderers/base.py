@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 from mediaref.inputs import MultiModalDataDict, MultiModalInputs, MultiModalUUIDDict
 from mediaref.media.decode import await_drained
-from mediaref.processing._hf_stages import set_default_torch_num_threads
 from mediaref.processing.context import ModelConfig
 from mediaref.processing.inputs import ProcessorInputs
 from mediaref.processing.processor import BaseMultiModalProcessor, MultiModalApplyState
+from mediaref.processing.torch_threads import set_default_torch_num_threads
 from mediaref.registry import MULTIMODAL_REGISTRY
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,16 @@ class MultiModalRequest:
     mm_uuids: MultiModalUUIDDict | None = None
     media_io_kwargs: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     skip_mm_cache: bool = False
+
+
+def _bounded_torch_threads(fn: Callable[..., _T], *args: Any) -> _T:
+    """Run one mm-worker job with torch's intra-op threads bounded, as vLLM's renderer does.
+
+    HF preprocessing on all cores would compete with the media pool's decoders; the scope is
+    shared safely with any other open one (see :mod:`mediaref.processing.torch_threads`).
+    """
+    with set_default_torch_num_threads():
+        return fn(*args)
 
 
 async def _close_after_drain(state: MultiModalApplyState) -> None:
@@ -92,7 +102,7 @@ class BaseRenderer:
     def start_mm_warmup(self) -> concurrent.futures.Future[None]:
         """Exercise the processor once on dummy inputs, in the background, on the mm worker."""
         if self._mm_warmup_future is None:
-            self._mm_warmup_future = self._mm_executor.submit(self._run_mm_warmup)
+            self._mm_warmup_future = self._mm_executor.submit(_bounded_torch_threads, self._run_mm_warmup)
         return self._mm_warmup_future
 
     def _run_mm_warmup(self) -> None:
@@ -128,19 +138,19 @@ class BaseRenderer:
     def _phase1(self, request: MultiModalRequest) -> tuple[BaseMultiModalProcessor[Any], MultiModalApplyState]:
         processor, inputs, request_id = self._prepare_multimodal_inputs(request)
         logger.debug("%s: phase 1 for %s", request_id, dict(inputs.mm_data_items.get_all_counts()))
-        with set_default_torch_num_threads():
-            return processor, processor.apply_phase1(inputs)
+        return processor, processor.apply_phase1(inputs)
 
     def _process_multimodal_blocking(self, request: MultiModalRequest) -> MultiModalInputs:
         processor, inputs, _ = self._prepare_multimodal_inputs(request)
-        with set_default_torch_num_threads():
-            return processor.apply(inputs)
+        return processor.apply(inputs)
 
     # -- entry points ------------------------------------------------------------------------
 
     def process_multimodal(self, request: MultiModalRequest) -> MultiModalInputs:
         """Process one request from synchronous code (on the mm worker, holding it throughout)."""
-        return self._mm_executor.submit(self._process_multimodal_blocking, request).result()
+        return self._mm_executor.submit(
+            _bounded_torch_threads, self._process_multimodal_blocking, request
+        ).result()
 
     async def process_multimodal_async(self, request: MultiModalRequest) -> MultiModalInputs:
         """Process one request; other requests' phases interleave while its media decodes."""
@@ -149,7 +159,9 @@ class BaseRenderer:
         return await self._process_multimodal_blocking_async(request)
 
     def _run_on_mm_worker(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
-        return asyncio.get_running_loop().run_in_executor(self._mm_executor, fn, *args)
+        return asyncio.get_running_loop().run_in_executor(
+            self._mm_executor, _bounded_torch_threads, fn, *args
+        )
 
     async def _process_multimodal_async(self, request: MultiModalRequest) -> MultiModalInputs:
         phase1 = self._run_on_mm_worker(self._phase1, request)
