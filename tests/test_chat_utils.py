@@ -761,7 +761,12 @@ async def test_end_to_end_one_image_equals_hf_on_the_decoded_image(
     assert mm_data is not None
     out = await vl_renderer.process_multimodal_async(MultiModalRequest(prompt, mm_data, mm_uuids=mm_uuids))
 
-    hf_out = vl_info.get_hf_processor()(text=[prompt], images=[reference_image(data)], return_tensors="pt")
+    # Qwen2-VL's default is mm_device_do_normalize (issue 12): raw uint8 pixels, as HF emits them
+    # with its rescale and normalize off; the model normalizes on the device.
+    assert out["mm_device_do_normalize"] is True
+    hf_out = vl_info.get_hf_processor()(
+        text=[prompt], images=[reference_image(data)], return_tensors="pt", do_rescale=False, do_normalize=False
+    )
     token_id = vl_info.get_tokenizer().convert_tokens_to_ids("<|image_pad|>")
     assert_matches_hf(out, hf_out, ["pixel_values", "image_grid_thw"], {"image": token_id})
     assert out["mm_hashes"] == {"image": ["photo-70"]}

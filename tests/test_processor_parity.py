@@ -76,7 +76,9 @@ def _factory(base: BaseMultiModalProcessor[Any]) -> ProcessorFactory:
 
 
 def _builtin_processor(name: str, family: str | None = None) -> ProcessorFactory:
-    config = ModelConfig(model=str(builtin_model_path(name)), family=family)
+    # The CPU-normalized path, the one a plain HF call takes. The device path (Qwen2-VL's default,
+    # raw uint8 pixels) has its own parity tests in test_mm_device_normalize.py.
+    config = ModelConfig(model=str(builtin_model_path(name)), family=family, mm_device_do_normalize=False)
     return _factory(MULTIMODAL_REGISTRY.create_processor(config))
 
 

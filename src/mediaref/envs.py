@@ -51,6 +51,8 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     "VLLM_MEDIA_CACHE_TTL_HOURS": (float, 24.0),
     # Processing (vLLM has this as the model config's mm_processor_cache_gb, not a variable)
     "MEDIAREF_MM_PROCESSOR_CACHE_GB": (float, 4.0),
+    # vLLM's Rust frontend cannot leave normalization to the device: it vetoes mm_device_do_normalize
+    "VLLM_USE_RUST_FRONTEND": (_bool, False),
 }
 
 

@@ -169,6 +169,10 @@ class MultiModalInputs(TypedDict, total=False):
     mm_hashes: MultiModalHashes
     mm_placeholders: MultiModalPlaceholderDict
     cache_salt: str
+    mm_device_do_normalize: bool
+    """True: pixel fields (``pixel_values``, ``pixel_values_videos``) are raw ``uint8`` and the
+    model must apply ``mediaref.ops.mm_input_norm.build_mm_input_norm``'s module; False or absent:
+    the processor rescaled and normalized them on the CPU (mediaref addition)."""
 
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Both paths go through :func:`prepare_call`, so they accept and reject exactly the same inputs and
 raise the same messages: ``TypeError`` for a wrong type or dtype, ``ValueError`` for a wrong shape,
-device or channel count.
+device or channel count. (vLLM asserts; a bad call here names what is wrong instead.)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ VISUAL_DTYPES: Final = (torch.bfloat16, torch.float16, torch.float32)
 
 @dataclass(frozen=True)
 class Layout:
-    """``x`` seen as ``(outer, num_channels, segment_len)``: segments of one channel each."""
+    """``inputs`` seen as ``(outer, num_channels, segment_len)``: segments of one channel each."""
 
     outer: int
     num_channels: int
@@ -27,9 +27,18 @@ class Layout:
 
 
 def resolve_layout(shape: torch.Size, num_channels: int, channel_dim: int) -> Layout:
+    """Where the channel index lives: ``shape[channel_dim] == C``, or packed into the last dim.
+
+    ``(N, C, L)`` (vLLM's call) and NCHW images have ``shape[1] == C``; channels-last images
+    ``(N, H, W, C)`` use ``channel_dim=-1``. Only the *last* dimension may hold ``C * inner``
+    elements with the channel as its slowest axis (Qwen2-VL's patch rows ``(patches, C * P)``), so
+    a 6-channel image given to a 3-channel normalization is an error, not a silent misreading.
+    """
     ndim = len(shape)
     if not -ndim <= channel_dim < ndim:
-        raise ValueError(f"channel_dim={channel_dim} is out of range for x of shape {tuple(shape)}")
+        raise ValueError(
+            f"channel_dim={channel_dim} is out of range for inputs of shape {tuple(shape)}"
+        )
     dim = channel_dim % ndim
     size = shape[dim]
     if size == num_channels:
@@ -39,13 +48,14 @@ def resolve_layout(shape: torch.Size, num_channels: int, channel_dim: int) -> La
     else:
         packed_hint = " nor a multiple of it (packed channels)" if dim == ndim - 1 else ""
         raise ValueError(
-            f"x.shape[{dim}] = {size} is not the normalization's channel count "
-            f"{num_channels}{packed_hint}; x has shape {tuple(shape)}, channel_dim={channel_dim}"
+            f"inputs.shape[{dim}] = {size} is not the normalization's channel count "
+            f"{num_channels}{packed_hint}; inputs have shape {tuple(shape)}, "
+            f"channel_dim={channel_dim}"
         )
     return Layout(math.prod(shape[:dim]), num_channels, segment_len)
 
 
-def _check_coefficients(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> None:
+def _check_coefficients(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> None:
     for name, coefficients in (("weight", weight), ("bias", bias)):
         if not isinstance(coefficients, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(coefficients).__name__}")
@@ -55,9 +65,9 @@ def _check_coefficients(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
             raise ValueError(
                 f"{name} must be 1-D with one entry per channel, got {tuple(coefficients.shape)}"
             )
-        if coefficients.device != x.device:
+        if coefficients.device != inputs.device:
             raise ValueError(
-                f"{name} is on {coefficients.device} but x is on {x.device}; "
+                f"{name} is on {coefficients.device} but inputs are on {inputs.device}; "
                 "move the FusedMMInputNorm module with .to(device)"
             )
     if weight.shape != bias.shape:
@@ -66,47 +76,64 @@ def _check_coefficients(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         )
 
 
-def _output_rows(
-    x: torch.Tensor, visual_dtype: torch.dtype, out: torch.Tensor | None
-) -> torch.Tensor:
-    """The tensor to write: a new one, or the leading ``x.shape[0]`` rows of ``out``."""
-    if out is None:
-        return torch.empty(x.shape, dtype=visual_dtype, device=x.device)
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
-    if out.dtype != visual_dtype:
-        raise TypeError(f"out.dtype is {out.dtype} but visual_dtype is {visual_dtype}")
-    if out.device != x.device:
-        raise ValueError(f"out is on {out.device} but x is on {x.device}")
-    if out.ndim != x.ndim or out.shape[1:] != x.shape[1:] or out.shape[0] < x.shape[0]:
-        raise ValueError(
-            f"out has shape {tuple(out.shape)}; it must match x {tuple(x.shape)} "
-            "except for at least as many rows in dimension 0"
+def _check_outputs(inputs: torch.Tensor, outputs: torch.Tensor) -> None:
+    """``outputs`` is ``inputs``' shape, or has more leading rows (only the first N are written)."""
+    if not isinstance(outputs, torch.Tensor):
+        raise TypeError(f"outputs must be a torch.Tensor, got {type(outputs).__name__}")
+    if outputs.dtype not in VISUAL_DTYPES:
+        raise TypeError(
+            f"outputs.dtype {outputs.dtype} is not a visual dtype; expected one of {VISUAL_DTYPES}"
         )
-    if not out.is_contiguous():
-        raise ValueError("out must be contiguous")
-    return out[: x.shape[0]]
+    if outputs.device != inputs.device:
+        raise ValueError(f"outputs are on {outputs.device} but inputs are on {inputs.device}")
+    if (
+        outputs.ndim != inputs.ndim
+        or outputs.shape[1:] != inputs.shape[1:]
+        or outputs.shape[0] < inputs.shape[0]
+    ):
+        raise ValueError(
+            f"outputs have shape {tuple(outputs.shape)}; they must match inputs "
+            f"{tuple(inputs.shape)} except for at least as many rows in dimension 0"
+        )
+    # Rows are written by raw offset: a strided buffer would be written in the wrong places, and
+    # copying it would break the caller's aliasing (the point of passing a buffer).
+    if not outputs.is_contiguous():
+        raise ValueError("outputs must be contiguous")
 
 
 def prepare_call(
-    x: torch.Tensor,
+    inputs: torch.Tensor,
+    outputs: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor,
-    visual_dtype: torch.dtype,
-    out: torch.Tensor | None,
     channel_dim: int,
-) -> tuple[Layout, torch.Tensor]:
-    """Validate one call (shared by both paths, so they fail alike) and pick its output rows."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in INPUT_DTYPES:
-        raise TypeError(f"x.dtype {x.dtype} is not supported; expected one of {INPUT_DTYPES}")
+) -> Layout:
+    """Validate one call (shared by both paths, so they fail alike) and resolve its layout."""
+    if not isinstance(inputs, torch.Tensor):
+        raise TypeError(f"inputs must be a torch.Tensor, got {type(inputs).__name__}")
+    if inputs.dtype not in INPUT_DTYPES:
+        raise TypeError(
+            f"inputs.dtype {inputs.dtype} is not supported; expected one of {INPUT_DTYPES}"
+        )
+    if inputs.ndim == 0:
+        raise ValueError("inputs must have at least one dimension")
+    _check_coefficients(inputs, weight, bias)
+    _check_outputs(inputs, outputs)
+    return resolve_layout(inputs.shape, weight.numel(), channel_dim)
+
+
+def check_visual_dtype(visual_dtype: torch.dtype) -> None:
     if visual_dtype not in VISUAL_DTYPES:
         raise TypeError(
             f"visual_dtype {visual_dtype!r} is not supported; expected one of {VISUAL_DTYPES}"
         )
-    if x.ndim == 0:
-        raise ValueError("x must have at least one dimension")
-    _check_coefficients(x, weight, bias)
-    layout = resolve_layout(x.shape, weight.numel(), channel_dim)
-    return layout, _output_rows(x, visual_dtype, out)
+
+
+__all__ = [
+    "INPUT_DTYPES",
+    "VISUAL_DTYPES",
+    "Layout",
+    "check_visual_dtype",
+    "prepare_call",
+    "resolve_layout",
+]

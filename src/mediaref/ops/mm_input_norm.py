@@ -1,7 +1,8 @@
-"""Fused rescale + normalize of image inputs on the device: ``y = x * weight[c] + bias[c]``.
+"""Fused rescale + normalize of pixel values on the device: ``y = x * weight[c] + bias[c]``.
 
-HF image processors divide pixels by 255, subtract the mean and divide by the std on the CPU, then
-the model casts to its visual dtype. Folding the three steps into one per-channel affine map::
+vLLM 0.33.0's ``vllm.model_executor.layers.fusion.mm_input_norm``, name for name. HF image
+processors divide pixels by 255, subtract the mean and divide by the std on the CPU, then the model
+casts to its visual dtype. Folding the three steps into one per-channel affine map::
 
     weight[c] = rescale_factor / image_std[c]
     bias[c]   = -image_mean[c] / image_std[c]
@@ -12,196 +13,105 @@ normalized there in one pass: the input is read in its own dtype (``uint8``, ``f
 ``bfloat16`` or ``float32``), the arithmetic runs in fp32, and the result is written in
 ``visual_dtype`` directly, without a global fp32 intermediate.
 
-Where the channel index comes from (``channel_dim``, default 1):
+- :func:`fused_mm_input_norm_triton` ``(inputs, outputs, weight, bias) -> outputs``: the kernel;
+  :func:`fused_mm_input_norm_torch` is its torch twin (CPU path and test oracle).
+- :class:`FusedMMInputNorm` ``(image_mean, image_std, rescale_factor, channel=3)``: the module a
+  model applies to its ``pixel_values`` ``(patches, C * P)``; ``forward_cuda`` launches the kernel,
+  ``forward_native`` is the semantic reference, ``forward`` picks by the tensor's device.
+- :class:`IdentityInputNorm`: the stand-in for processors that neither rescale nor normalize (still
+  a cast: raw pixels must reach ``visual_dtype``).
+- :func:`build_mm_input_norm` ``(model_config)``: the one a model should hold, from the model
+  config's ``mm_device_do_normalize`` and processor config (:func:`_load_norm_params`).
 
-- ``x.shape[channel_dim] == C``: one channel per index, e.g. images ``(N, C, H, W)``, or
-  channels-last ``(N, H, W, C)`` with ``channel_dim=-1``.
-- the *last* dimension may also hold ``C * inner`` elements with the channel as its slowest axis:
-  the flattened patch rows ``(N, C * T * P * P)`` of Qwen2-VL's ``pixel_values``, where
-  ``channel = (col // inner) % C``. Only the last dimension may pack channels, so a 6-channel
-  image given to a 3-channel normalization is an error rather than a silent misreading.
-
-Dimension 0 is the batch. ``out`` may have more rows than ``x``: only the leading ``x.shape[0]``
-rows are written and the rest are left untouched, so one buffer serves calls of any batch size.
-Every function returns the written rows.
-
-:class:`FusedMMInputNorm` dispatches to :func:`fused_mm_input_norm_triton` on CUDA and to
-:func:`fused_mm_input_norm_torch` elsewhere (vLLM's ``forward_cuda`` / ``forward_native``). The
-torch function is both the CPU path and the oracle the kernel is tested against.
+mediaref's additions are keyword-only and never change a vLLM call: ``outputs`` / ``out`` with more
+rows than the batch (one buffer serves any batch), other layouts through ``channel_dim`` (NCHW,
+channels-last), and the kernel's segment tiling (see ``_mm_input_norm_kernel``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import math
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 import torch
 from torch import nn
 
-from mediaref.ops._mm_input_norm_layout import INPUT_DTYPES, VISUAL_DTYPES, prepare_call
+from mediaref.ops._mm_input_norm_apply import (
+    fused_mm_input_norm_torch,
+    fused_mm_input_norm_triton,
+    triton_importable,
+)
+from mediaref.ops._mm_input_norm_layout import (
+    INPUT_DTYPES,
+    VISUAL_DTYPES,
+    check_visual_dtype,
+)
+from mediaref.ops._mm_input_norm_params import (
+    NormParams,
+    _load_norm_params,
+    norm_params_from_config,
+)
 
-# The CPU path works in chunks of this many elements: its fp32 temporaries (1 MiB) stay in cache
-# and are recycled by the allocator instead of faulting in fresh pages for a full-size tensor.
-_CPU_CHUNK_ELEMENTS: Final = 1 << 18
-# Elements per Triton program; large enough that the interpreter (one Python step per program)
-# stays quick, small enough to give every SM many programs on real inputs.
-_TILE_ELEMENTS: Final = 4096
-_NUM_WARPS: Final = 4
-_MAX_PROGRAMS: Final = 2**31 - 1
 
+class IdentityInputNorm(nn.Module):
+    """Stand-in when the processor neither rescales nor normalizes.
 
-def fused_mm_input_norm_torch(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor,
-    *,
-    visual_dtype: torch.dtype = torch.bfloat16,
-    out: torch.Tensor | None = None,
-    channel_dim: int = 1,
-) -> torch.Tensor:
-    """Torch reference and CPU path: ``x * weight[c] + bias[c]`` in fp32, stored as ``visual_dtype``.
-
-    ``x`` may be strided; ``out`` (optional) must be contiguous, with at least ``x.shape[0]`` rows.
+    Not a no-op: with ``mm_device_do_normalize`` on, raw ``uint8`` pixels reach the model and must
+    still be cast to ``visual_dtype`` here.
     """
-    layout, target = prepare_call(x, weight, bias, visual_dtype, out, channel_dim)
-    if x.numel() == 0:
-        return target
-    outer, channels, segment_len = layout.outer, layout.num_channels, layout.segment_len
-    x3 = x.reshape(outer, channels, segment_len)
-    target3 = target.view(outer, channels, segment_len)
-    weight3, bias3 = weight.view(1, channels, 1), bias.view(1, channels, 1)
 
-    # Devices other than the CPU gain nothing from chunks and would pay a launch for each.
-    chunk = _CPU_CHUNK_ELEMENTS if x.device.type == "cpu" else x.numel()
-    segment_step = min(segment_len, max(1, chunk // channels))
-    outer_step = max(1, chunk // (channels * segment_step))
-    for o in range(0, outer, outer_step):
-        for s in range(0, segment_len, segment_step):
-            block = x3[o : o + outer_step, :, s : s + segment_step]
-            # Promotion against the fp32 weight makes the product fp32 for every input dtype, and a
-            # new tensor, so the in-place add never touches x.
-            normalized = torch.mul(block, weight3)
-            normalized.add_(bias3)
-            target3[o : o + outer_step, :, s : s + segment_step].copy_(normalized)
-    return target
+    @property
+    def input_dtype(self) -> torch.dtype | None:
+        return None
 
-
-@functools.cache
-def _triton_importable() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _load_kernel() -> Any:
-    try:
-        from mediaref.ops._mm_input_norm_kernel import mm_input_norm_kernel
-    except ImportError as exc:
-        raise RuntimeError(
-            "fused_mm_input_norm_triton needs Triton, which is not installed here; "
-            "use fused_mm_input_norm_torch"
-        ) from exc
-    return mm_input_norm_kernel
-
-
-def _runs_in_interpreter(kernel: Any) -> bool:
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(kernel, InterpretedFunction)
-
-
-def _next_power_of_2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
-
-
-def fused_mm_input_norm_triton(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor,
-    *,
-    visual_dtype: torch.dtype = torch.bfloat16,
-    out: torch.Tensor | None = None,
-    channel_dim: int = 1,
-) -> torch.Tensor:
-    """Launch the Triton kernel: same contract as :func:`fused_mm_input_norm_torch`.
-
-    Needs CUDA tensors, or Triton's CPU interpreter (``TRITON_INTERPRET=1`` set before this op's
-    kernel module is first imported). A non-contiguous ``x`` is copied to a contiguous one first.
-    """
-    layout, target = prepare_call(x, weight, bias, visual_dtype, out, channel_dim)
-    kernel = _load_kernel()
-    if not x.is_cuda and not _runs_in_interpreter(kernel):
-        raise ValueError(
-            f"fused_mm_input_norm_triton needs CUDA tensors, x is on {x.device}; use "
-            "fused_mm_input_norm_torch, or set TRITON_INTERPRET=1 before importing Triton kernels"
-        )
-    if x.numel() == 0:
-        return target
-
-    segment_len = layout.segment_len
-    n_segments = layout.outer * layout.num_channels
-    block_col = min(_next_power_of_2(segment_len), _TILE_ELEMENTS)
-    block_seg = _TILE_ELEMENTS // block_col
-    n_col_blocks = math.ceil(segment_len / block_col)
-    n_programs = math.ceil(n_segments / block_seg) * n_col_blocks
-    if n_programs > _MAX_PROGRAMS:
-        raise ValueError(f"x of shape {tuple(x.shape)} needs more programs than a grid allows")
-
-    device_guard = torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
-    with device_guard:
-        kernel[(n_programs,)](
-            x.contiguous(),
-            target,
-            weight.contiguous(),
-            bias.contiguous(),
-            n_segments,
-            segment_len,
-            layout.num_channels,
-            n_col_blocks,
-            BLOCK_SEG=block_seg,
-            BLOCK_COL=block_col,
-            num_warps=_NUM_WARPS,
-        )
-    return target
+    def forward(self, pixel_values: torch.Tensor, visual_dtype: torch.dtype) -> torch.Tensor:
+        return pixel_values.to(visual_dtype, copy=False)
 
 
 class FusedMMInputNorm(nn.Module):
-    """Per-channel rescale + normalize as one affine map, held as fp32 ``weight``/``bias`` buffers.
+    """Rescale + normalize ``pixel_values`` as one affine map: ``(x * rescale - mean) / std``.
 
-    The buffers are derived from the processor config, not learned, so they are not persistent:
-    they stay out of ``state_dict`` and never clash with a checkpoint's keys.
+    Input dtype: ``uint8`` when ``mm_device_do_normalize`` is on (raw bytes reach the device), else
+    whatever the processor emitted. Output dtype: the ``visual_dtype`` argument; the arithmetic is
+    fp32 whatever the two are. ``weight`` and ``bias`` are fp32 buffers derived from the processor
+    config, not learned, so they are not persistent: they stay out of ``state_dict`` and survive
+    dummy weight loading and model-wide dtype casts.
     """
 
     weight: torch.Tensor
     bias: torch.Tensor
 
     def __init__(
-        self, rescale_factor: float, image_mean: Sequence[float], image_std: Sequence[float]
+        self,
+        image_mean: Sequence[float],
+        image_std: Sequence[float],
+        rescale_factor: float,
+        channel: int = 3,
     ) -> None:
         super().__init__()
-        if len(image_mean) != len(image_std) or len(image_mean) == 0:
+        if not len(image_mean) == len(image_std) == channel:
             raise ValueError(
-                f"image_mean ({len(image_mean)}) and image_std ({len(image_std)}) need one "
-                "entry per channel, and the same number of them"
+                f"image_mean/image_std must have {channel} entries, "
+                f"got {len(image_mean)} / {len(image_std)}"
             )
+        if float(rescale_factor) == 0.0:
+            raise ValueError("rescale_factor must be non-zero")
         if any(float(std) == 0.0 for std in image_std):
             raise ValueError(f"image_std must not contain zeros, got {list(image_std)}")
+        self.channel = channel
         self.rescale_factor = float(rescale_factor)
         self.image_mean = tuple(float(mean) for mean in image_mean)
         self.image_std = tuple(float(std) for std in image_std)
-        weight, bias = self._fold_coefficients(torch.device("cpu"))
+        # Model construction may make the accelerator torch's default device: fold on the CPU,
+        # then move there.
+        weight, bias = self._fold_coefficients(torch.get_default_device())
         self.register_buffer("weight", weight, persistent=False)
         self.register_buffer("bias", bias, persistent=False)
 
     def _fold_coefficients(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        # Folded in float64 so each fp32 coefficient is the correctly rounded value.
-        std = torch.tensor(self.image_std, dtype=torch.float64)
-        mean = torch.tensor(self.image_mean, dtype=torch.float64)
+        # Folded in float64, so each fp32 coefficient is the correctly rounded value.
+        std = torch.tensor(self.image_std, dtype=torch.float64, device="cpu")
+        mean = torch.tensor(self.image_mean, dtype=torch.float64, device="cpu")
         weight = (self.rescale_factor / std).to(device=device, dtype=torch.float32)
         return weight, (-mean / std).to(device=device, dtype=torch.float32)
 
@@ -215,69 +125,149 @@ class FusedMMInputNorm(nn.Module):
 
     @classmethod
     def from_image_processor(cls, image_processor: Any) -> FusedMMInputNorm:
-        """Build from an HF image processor's ``rescale_factor``/``image_mean``/``image_std``.
+        """Build from an HF image processor object, folding ``do_rescale``/``do_normalize`` as
+        :func:`_load_norm_params` folds them from a config file (mediaref extension)."""
+        keys = ("do_rescale", "do_normalize", "rescale_factor", "image_mean", "image_std")
+        config = {key: getattr(image_processor, key) for key in keys if hasattr(image_processor, key)}
+        params = norm_params_from_config(config)
+        return cls(params.image_mean, params.image_std, params.rescale_factor, len(params.image_mean))
 
-        Honours ``do_rescale=False`` (factor 1) and ``do_normalize=False`` (mean 0, std 1), so the
-        module reproduces exactly what that processor would have done on the CPU.
-        """
-        image_mean = list(image_processor.image_mean)
-        image_std = list(image_processor.image_std)
-        rescale_factor = image_processor.rescale_factor
-        if not getattr(image_processor, "do_rescale", True):
-            rescale_factor = 1.0
-        if not getattr(image_processor, "do_normalize", True):
-            image_mean, image_std = [0.0] * len(image_mean), [1.0] * len(image_mean)
-        return cls(rescale_factor, image_mean, image_std)
+    @classmethod
+    def enabled(cls) -> bool:
+        """Always on, as in vLLM: the op has a torch path on every platform."""
+        return True
+
+    @property
+    def input_dtype(self) -> torch.dtype | None:
+        return torch.uint8
 
     @property
     def num_channels(self) -> int:
-        return self.weight.numel()
+        return self.channel
+
+    def _prepare(
+        self,
+        pixel_values: torch.Tensor,
+        visual_dtype: torch.dtype,
+        out: torch.Tensor | None,
+        channel_dim: int | None,
+    ) -> tuple[torch.Tensor, int]:
+        """Check vLLM's 2-D patch-row contract (unless ``channel_dim`` asks for another layout)
+        and pick the tensor to write: a new one, or ``out``."""
+        check_visual_dtype(visual_dtype)
+        if not isinstance(pixel_values, torch.Tensor):
+            raise TypeError(f"pixel_values must be a torch.Tensor, got {type(pixel_values).__name__}")
+        if channel_dim is None:
+            if pixel_values.ndim != 2:
+                raise ValueError(
+                    f"pixel_values must be 2D (patches, size), got {pixel_values.ndim}D with shape "
+                    f"{tuple(pixel_values.shape)}; pass channel_dim= for other layouts"
+                )
+            if pixel_values.shape[1] % self.channel:
+                raise ValueError(
+                    f"size={pixel_values.shape[1]} is not divisible by channel={self.channel}"
+                )
+            channel_dim = 1
+        if out is None:
+            out = torch.empty(pixel_values.shape, dtype=visual_dtype, device=pixel_values.device)
+        elif isinstance(out, torch.Tensor) and out.dtype != visual_dtype:
+            raise TypeError(f"out.dtype is {out.dtype} but visual_dtype is {visual_dtype}")
+        return out, channel_dim
 
     def forward(
         self,
-        x: torch.Tensor,
-        visual_dtype: torch.dtype = torch.bfloat16,
+        pixel_values: torch.Tensor,
+        visual_dtype: torch.dtype,
+        *,
         out: torch.Tensor | None = None,
-        channel_dim: int = 1,
+        channel_dim: int | None = None,
     ) -> torch.Tensor:
-        """Normalize ``x``; Triton on CUDA tensors when Triton is installed, torch otherwise."""
-        if isinstance(x, torch.Tensor) and x.is_cuda and _triton_importable():
-            return self.forward_cuda(x, visual_dtype, out, channel_dim)
-        return self.forward_native(x, visual_dtype, out, channel_dim)
+        """Normalize: the Triton kernel on CUDA tensors where Triton is installed, torch otherwise."""
+        if isinstance(pixel_values, torch.Tensor) and pixel_values.is_cuda and triton_importable():
+            return self.forward_cuda(pixel_values, visual_dtype, out=out, channel_dim=channel_dim)
+        return self.forward_native(pixel_values, visual_dtype, out=out, channel_dim=channel_dim)
 
     def forward_native(
         self,
-        x: torch.Tensor,
-        visual_dtype: torch.dtype = torch.bfloat16,
+        pixel_values: torch.Tensor,
+        visual_dtype: torch.dtype,
+        *,
         out: torch.Tensor | None = None,
-        channel_dim: int = 1,
+        channel_dim: int | None = None,
     ) -> torch.Tensor:
-        return fused_mm_input_norm_torch(
-            x, self.weight, self.bias, visual_dtype=visual_dtype, out=out, channel_dim=channel_dim
-        )
+        """Pure torch: the semantic reference, and the path on every device without the kernel.
+
+        ``pixel_values`` are vLLM's ``(patches, C * P)`` rows unless ``channel_dim`` names another
+        layout. Returns the normalized rows: a new tensor, or the leading rows of ``out``.
+        """
+        target, dim = self._prepare(pixel_values, visual_dtype, out, channel_dim)
+        fused_mm_input_norm_torch(pixel_values, target, self.weight, self.bias, channel_dim=dim)
+        return target[: pixel_values.shape[0]]
 
     def forward_cuda(
         self,
-        x: torch.Tensor,
-        visual_dtype: torch.dtype = torch.bfloat16,
+        pixel_values: torch.Tensor,
+        visual_dtype: torch.dtype,
+        *,
         out: torch.Tensor | None = None,
-        channel_dim: int = 1,
+        channel_dim: int | None = None,
     ) -> torch.Tensor:
-        return fused_mm_input_norm_triton(
-            x, self.weight, self.bias, visual_dtype=visual_dtype, out=out, channel_dim=channel_dim
-        )
+        """The Triton kernel (CUDA tensors, or the CPU interpreter); same contract as native."""
+        target, dim = self._prepare(pixel_values, visual_dtype, out, channel_dim)
+        fused_mm_input_norm_triton(pixel_values, target, self.weight, self.bias, channel_dim=dim)
+        return target[: pixel_values.shape[0]]
+
+    def forward_xpu(self, pixel_values: torch.Tensor, visual_dtype: torch.dtype) -> torch.Tensor:
+        """vLLM's XPU entry point; mediaref ships no XPU kernel, so the torch path."""
+        return self.forward_native(pixel_values, visual_dtype)
+
+    def forward_oot(self, pixel_values: torch.Tensor, visual_dtype: torch.dtype) -> torch.Tensor:
+        """Out-of-tree platform entry point: the torch path unless a plugin overrides it."""
+        return self.forward_native(pixel_values, visual_dtype)
 
     def extra_repr(self) -> str:
         return (
-            f"rescale_factor={self.rescale_factor}, image_mean={self.image_mean}, "
-            f"image_std={self.image_std}"
+            f"image_mean={self.image_mean}, image_std={self.image_std}, "
+            f"rescale_factor={self.rescale_factor}, channel={self.channel}"
         )
+
+
+def _mm_device_do_normalize(model_config: Any) -> bool:
+    """The resolved toggle: vLLM's ``model_config.multimodal_config.mm_device_do_normalize``, or
+    mediaref's ``ModelConfig.get_mm_device_do_normalize()``."""
+    mm_config = getattr(model_config, "multimodal_config", None)
+    if mm_config is not None:
+        return bool(getattr(mm_config, "mm_device_do_normalize", False))
+    resolve = getattr(model_config, "get_mm_device_do_normalize", None)
+    return bool(resolve()) if callable(resolve) else False
+
+
+def build_mm_input_norm(model_config: Any) -> nn.Module:
+    """The input normalization a model should apply to its ``pixel_values``.
+
+    ``IdentityInputNorm`` when device-side normalization is off, or when the processor's rescale
+    and normalize fold to the identity; otherwise ``FusedMMInputNorm`` from the processor config.
+    """
+    if not _mm_device_do_normalize(model_config):
+        return IdentityInputNorm()
+    params = _load_norm_params(model_config)
+    if params.is_identity:
+        return IdentityInputNorm()
+    return FusedMMInputNorm(
+        image_mean=params.image_mean,
+        image_std=params.image_std,
+        rescale_factor=params.rescale_factor,
+        channel=len(params.image_mean),
+    )
 
 
 __all__ = [
     "INPUT_DTYPES",
     "VISUAL_DTYPES",
     "FusedMMInputNorm",
+    "IdentityInputNorm",
+    "NormParams",
+    "build_mm_input_norm",
     "fused_mm_input_norm_torch",
     "fused_mm_input_norm_triton",
 ]

@@ -7,13 +7,17 @@ here, and an explicit ``video_backend`` (from ``media_io_kwargs`` or the request
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from mediaref.media.base import MediaIO
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -37,13 +41,68 @@ class ModelConfig:
 
     trust_remote_code: bool = False
 
+    mm_device_do_normalize: bool | None = None
+    """Rescale and normalize pixels on the device (``FusedMMInputNorm``) instead of in the HF
+    processor, which then emits raw ``uint8`` pixels. None: on exactly when the model family
+    supports it (vLLM 0.33's default); True for a family without support is turned off with a
+    warning. Read the resolved value with :meth:`get_mm_device_do_normalize`."""
+
+    def resolve_mm_device_do_normalize(self, supported: bool) -> bool:
+        """The toggle for a family that does (``supported``) or does not support it, resolved as
+        vLLM 0.33.0's ``ModelConfig`` resolves it, the Rust frontend's veto included."""
+        from mediaref import envs
+
+        requested = self.mm_device_do_normalize
+        if envs.VLLM_USE_RUST_FRONTEND:
+            # vLLM's Rust frontend cannot emit raw pixels; a model behind it expects them
+            # normalized, so the frontend and the model must agree that it is off.
+            if requested:
+                logger.warning(
+                    "VLLM_USE_RUST_FRONTEND is set; it does not support mm_device_do_normalize, "
+                    "forcing mm_device_do_normalize = False."
+                )
+            return False
+        if requested is None:
+            return supported
+        if requested and not supported:
+            logger.warning(
+                "Model does not support mm_device_do_normalize, forcing mm_device_do_normalize = False."
+            )
+            return False
+        return requested
+
+    def get_mm_device_do_normalize(self) -> bool:
+        """The resolved toggle for this model's registered family (False for an unknown one).
+
+        Memoized on the instance (the config is frozen), so the registry is read and a warning
+        logged once per config.
+        """
+        resolved = self.__dict__.get("_resolved_mm_device_do_normalize")
+        if resolved is None:
+            resolved = self.resolve_mm_device_do_normalize(_family_supports_device_normalize(self))
+            object.__setattr__(self, "_resolved_mm_device_do_normalize", resolved)
+        return bool(resolved)
+
+
+def _family_supports_device_normalize(model_config: ModelConfig) -> bool:
+    # Imported here: the registry sits above this module (it builds processing infos).
+    from mediaref.registry import MULTIMODAL_REGISTRY
+
+    try:
+        info_cls = MULTIMODAL_REGISTRY.get_factories(model_config).info
+    except Exception:  # noqa: BLE001 - an unreadable or unregistered family supports nothing
+        return False
+    return bool(info_cls.supports_mm_device_do_normalize)
+
+
+_HF_LOAD_LOCK = threading.RLock()
+
 
 class InputProcessingContext:
     """Loads and memoizes the model's HF config, tokenizer and processor, offline."""
 
     def __init__(self, model_config: ModelConfig) -> None:
         self.model_config = model_config
-        self._lock = threading.Lock()
         self._memo: dict[Any, Any] = {}
         self._default_processor: Any = None
 
@@ -52,10 +111,16 @@ class InputProcessingContext:
         return Path(self.model_config.model)
 
     def _load(self, memo_key: Any, load: Any) -> Any:
-        with self._lock:
-            if memo_key not in self._memo:
-                self._memo[memo_key] = load()
-            return self._memo[memo_key]
+        # One lock for every context: transformers' lazily imported modules are not safe to
+        # import from two threads at once (two models' first requests, parsed on worker threads,
+        # saw "ImportError: cannot import name 'AutoProcessor'"). Loads are rare; hits skip it.
+        memo = self._memo
+        if memo_key in memo:
+            return memo[memo_key]
+        with _HF_LOAD_LOCK:
+            if memo_key not in memo:
+                memo[memo_key] = load()
+            return memo[memo_key]
 
     def _from_pretrained_kwargs(self) -> dict[str, Any]:
         # local_files_only: nothing here may reach a model hub at run time.
@@ -65,27 +130,28 @@ class InputProcessingContext:
         }
 
     def get_hf_config(self) -> Any:
-        from transformers import AutoConfig
+        def load() -> Any:
+            from transformers import AutoConfig
 
-        return self._load(
-            "config",
-            lambda: AutoConfig.from_pretrained(self.model_path, **self._from_pretrained_kwargs()),
-        )
+            return AutoConfig.from_pretrained(self.model_path, **self._from_pretrained_kwargs())
+
+        return self._load("config", load)
 
     def get_hf_processor(self, **kwargs: Any) -> Any:
         """The model's HF processor, built once per distinct set of construction kwargs."""
         if not kwargs and self._default_processor is not None:
             return self._default_processor  # the per-request path: no key building, no lock
-        from transformers import AutoProcessor
-
         merged = {**self.model_config.mm_processor_kwargs, **kwargs}
         memo_key = ("processor", tuple(sorted((k, repr(v)) for k, v in merged.items())))
-        processor = self._load(
-            memo_key,
-            lambda: AutoProcessor.from_pretrained(
+
+        def load() -> Any:
+            from transformers import AutoProcessor
+
+            return AutoProcessor.from_pretrained(
                 self.model_path, **self._from_pretrained_kwargs(), **merged
-            ),
-        )
+            )
+
+        processor = self._load(memo_key, load)
         if not kwargs:
             self._default_processor = processor
         return processor
@@ -100,8 +166,17 @@ class BaseProcessingInfo:
     #: HF video processor class name -> the video loader backend that matches its sampling.
     VIDEO_BACKEND_BY_HF_PROCESSOR: Mapping[str, str] = {}
 
+    #: Whether the family's processor can leave rescale + normalize to the device (vLLM's
+    #: ``SupportsMultiModal.supports_mm_device_do_normalize``): ``mm_device_do_normalize``'s default.
+    supports_mm_device_do_normalize: ClassVar[bool] = False
+
     def __init__(self, ctx: InputProcessingContext) -> None:
         self.ctx = ctx
+
+    @functools.cached_property
+    def mm_device_do_normalize(self) -> bool:
+        """Whether this processor emits raw ``uint8`` pixels for the device to normalize."""
+        return self.ctx.model_config.resolve_mm_device_do_normalize(self.supports_mm_device_do_normalize)
 
     @property
     def model_id(self) -> str:

@@ -332,6 +332,9 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
             mm_kwargs=mm_kwargs,
             mm_hashes=mm_hashes,
             mm_placeholders=placeholders,
+            # Whether pixel fields are raw uint8 for the model's FusedMMInputNorm (cache hits
+            # included: the cache holds what this processor, with this setting, produced).
+            mm_device_do_normalize=self.info.mm_device_do_normalize,
         )
 
 

@@ -1,0 +1,206 @@
+"""A processor miss, side by side: mediaref with ``mm_device_do_normalize`` on and off, and vLLM 0.33.0.
+
+    python benchmarks/bench_processor_miss.py [--repeat 15] [--threads 1] [--json PATH]
+
+What a miss costs once the media is decoded: the whole ``apply`` of one request (hash, HF
+processor, prompt updates) on the built-in Qwen2-VL model (the real ``Qwen2VLProcessor`` with
+Qwen2-VL-2B's configs, so a 1080p image is processed at full size), with no processor cache, so
+every call is a miss. Items: a 1920x1080 JPEG (q90, a scikit-image photo) and a 32-frame 854x480
+H.264 clip panning across one, decoded once, before timing, by mediaref's decoders; both libraries
+get the same decoded pixels. mediaref gets them as a decoded ``MediaRef`` (it hashes the key, its
+design), vLLM as the PIL image / ``(frames, metadata)`` it decodes at fetch (it hashes the pixels,
+its design). The paths run round-robin, one call each per round, so load drift hits all alike.
+
+Rows: ``mediaref/device`` (the default for Qwen2-VL: HF skips rescale + normalize, uint8 out),
+``mediaref/cpu`` (``mm_device_do_normalize=False``: HF normalizes, fp32 out), and, when vLLM
+imports, ``vllm/device`` and ``vllm/cpu`` (vLLM's ``ModelConfig(mm_device_do_normalize=...)``;
+its cpu path also casts to bf16). The ratio column is vLLM's time over mediaref's for the same
+toggle: above 1 means mediaref's miss is faster. ``--threads`` (default 1, what vLLM's workers and
+mediaref's processing scope use) sets ``OMP_NUM_THREADS`` and torch's count before either library
+loads, so both HF calls run on the same number of threads.
+
+Environments: the mediaref rows run in the repository's ``.venv``. The vLLM rows need a scratch
+venv outside the repository that holds both libraries, e.g.::
+
+    python3 -m venv /work/scratch/vllm-venv && . /work/scratch/vllm-venv/bin/activate
+    pip install torch==2.14.1 torchvision==0.29.1
+    pip install --no-deps /work/scratch/vllm/vllm-0.33.0-*.whl
+    pip install "transformers<5.21" cbor2 psutil pyzmq openai pybase64 cachetools einops msgspec \\
+        cloudpickle py-cpuinfo prometheus_client fastapi partial_json_parser llguidance xgrammar \\
+        av soundfile blake3
+    pip install -e . --no-deps
+
+vLLM's multimodal layer runs on the CPU there (no GPU is needed). The main test suite never
+imports vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def _threads_from_argv(default: int = 1) -> int:
+    """``--threads N`` read before torch is imported: OMP_NUM_THREADS must be set first."""
+    for i, arg in enumerate(sys.argv):
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            return int(sys.argv[i + 1])
+        if arg.startswith("--threads="):
+            return int(arg.split("=", 1)[1])
+    return default
+
+
+# Both libraries' HF calls must run on the same number of torch threads: mediaref's processing
+# scope reads OMP_NUM_THREADS, vLLM's frontend uses torch's process-wide count.
+os.environ["OMP_NUM_THREADS"] = str(_threads_from_argv())
+
+import _bench_media as bm  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(_threads_from_argv())
+
+from mediaref.media.image import ImageMediaIO  # noqa: E402
+from mediaref.media.video import VideoMediaIO  # noqa: E402
+from mediaref.models.builtin import builtin_model_path  # noqa: E402
+from mediaref.processing.context import ModelConfig  # noqa: E402
+from mediaref.registry import MULTIMODAL_REGISTRY  # noqa: E402
+
+PROMPTS = {
+    "image": "<|vision_start|><|image_pad|><|vision_end|>Describe this image.",
+    "video": "<|vision_start|><|video_pad|><|vision_end|>Describe this video.",
+}
+PIXEL_FIELDS = {"image": "pixel_values", "video": "pixel_values_videos"}
+TOGGLES = {"device": True, "cpu": False}
+
+
+def make_items(video_frames: int) -> dict[str, tuple[Any, Any]]:
+    """modality -> (a decoded MediaRef for mediaref, the decoded value for vLLM)."""
+    photo = bm.load_photo("astronaut.png")
+    jpeg = bm.encode_image(bm.upscale(photo, bm.FULL_HD), "JPEG", quality=90)
+    clip = bm.encode_pan_clip(bm.load_photo("coffee.png"), seconds=4.0, size=(854, 480))
+    image_ref = ImageMediaIO().load_bytes_ref(jpeg)
+    video_ref = VideoMediaIO(ImageMediaIO(), num_frames=video_frames).load_bytes_ref(clip)
+    return {"image": (image_ref, image_ref.decode()), "video": (video_ref, video_ref.decode())}
+
+
+def mediaref_call(toggle: bool, modality: str, ref: Any) -> Callable[[], Any]:
+    config = ModelConfig(
+        model=str(builtin_model_path("qwen2_vl")), mm_processor_cache_gb=0, mm_device_do_normalize=toggle
+    )
+    processor = MULTIMODAL_REGISTRY.create_processor(config)
+    assert processor.info.mm_device_do_normalize is toggle
+
+    def run() -> Any:
+        out = processor.apply(processor.build_inputs(PROMPTS[modality], {modality: [ref]}))
+        return out["mm_kwargs"][modality][0][PIXEL_FIELDS[modality]].data
+
+    return run
+
+
+def vllm_call(toggle: bool, modality: str, value: Any) -> Callable[[], Any] | None:
+    try:
+        from vllm.config import ModelConfig as VllmModelConfig
+        from vllm.multimodal import MULTIMODAL_REGISTRY as VLLM_REGISTRY
+    except ImportError:
+        return None
+    path = str(builtin_model_path("qwen2_vl"))
+    config = VllmModelConfig(
+        model=path, tokenizer=path, dtype="bfloat16", mm_processor_cache_gb=0, mm_device_do_normalize=toggle
+    )
+    assert config.multimodal_config is not None
+    assert config.multimodal_config.mm_device_do_normalize is toggle
+    processor = VLLM_REGISTRY.create_processor(config)
+
+    def run() -> Any:
+        items = processor.info.parse_mm_data({modality: value})  # the request's parse, as served
+        out = processor(PROMPTS[modality], items)
+        return out["mm_kwargs"][modality][0][PIXEL_FIELDS[modality]].data
+
+    return run
+
+
+def check_outputs(outputs: dict[str, torch.Tensor]) -> None:
+    """Outside the timed region: every path made the same pixels, up to its dtype."""
+    reference = outputs["mediaref/cpu"].float()
+    for name, pixels in outputs.items():
+        assert pixels.shape == reference.shape, (name, pixels.shape, reference.shape)
+        expected_dtype = torch.uint8 if name.endswith("/device") else None
+        assert expected_dtype is None or pixels.dtype == expected_dtype, (name, pixels.dtype)
+    if "vllm/device" in outputs:
+        assert torch.equal(outputs["vllm/device"], outputs["mediaref/device"])
+
+
+def run_modality(modality: str, items: dict[str, tuple[Any, Any]], repeat: int) -> dict[str, Any]:
+    ref, value = items[modality]
+    calls: dict[str, Callable[[], Any]] = {}
+    for label, toggle in TOGGLES.items():
+        calls[f"mediaref/{label}"] = mediaref_call(toggle, modality, ref)
+        vllm = vllm_call(toggle, modality, value)
+        if vllm is not None:
+            calls[f"vllm/{label}"] = vllm
+    outputs = {name: fn() for name, fn in calls.items()}  # warm-up, and the outputs to compare
+    check_outputs(outputs)
+    samples: dict[str, bm.Samples] = {name: bm.Samples() for name in calls}
+    for _ in range(repeat):
+        for name, fn in calls.items():
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            samples[name].add(time.perf_counter() - start)
+    medians = {name: s.median for name, s in samples.items()}
+    result: dict[str, Any] = {"median_s": medians, "pixel_bytes": {n: o.nbytes for n, o in outputs.items()}}
+    result["device_vs_cpu_speedup"] = medians["mediaref/cpu"] / medians["mediaref/device"]
+    if "vllm/device" in medians:
+        result["vllm_over_mediaref"] = {
+            label: medians[f"vllm/{label}"] / medians[f"mediaref/{label}"] for label in TOGGLES
+        }
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15, help="timed rounds (each path once per round)")
+    parser.add_argument("--video-frames", type=int, default=32)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads for both libraries' HF calls (set before import)"
+    )
+    parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args = parser.parse_args()
+
+    try:
+        import vllm
+
+        vllm_version: str | None = vllm.__version__
+    except ImportError:
+        vllm_version = None
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"vllm {vllm_version or 'not importable: mediaref rows only'}, median of {args.repeat}"
+    )
+    items = make_items(args.video_frames)
+    report: dict[str, Any] = {"vllm": vllm_version, "torch": torch.__version__, "repeat": args.repeat}
+    for modality in ("image", "video"):
+        result = run_modality(modality, items, args.repeat)
+        report[modality] = result
+        rows = []
+        for name, median in result["median_s"].items():
+            label = name.split("/")[1]
+            ratio = result.get("vllm_over_mediaref", {}).get(label) if name.startswith("mediaref") else None
+            rows.append([name, bm.fmt_seconds(median), bm.fmt_bytes(result["pixel_bytes"][name]),
+                         f"{ratio:.2f}x" if ratio is not None else ""])  # fmt: skip
+        print(f"\n{modality}: mediaref device path {result['device_vs_cpu_speedup']:.2f}x its CPU path")
+        bm.print_table(["path", "miss", "pixels", "vllm / mediaref"], rows)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
