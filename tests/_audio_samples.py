@@ -7,6 +7,7 @@ Samples follow the decoder's convention: (n,) for mono, (channels, n) for more c
 from __future__ import annotations
 
 import io
+import struct
 from typing import NamedTuple
 
 import av
@@ -53,7 +54,7 @@ def encode_pyav(
 ) -> bytes:
     """Encode with FFmpeg through PyAV (e.g. AAC in "mp4"/"adts", libopus in "webm")."""
     planar = samples[None, :] if samples.ndim == 1 else samples
-    layout = {1: "mono", 2: "stereo"}[planar.shape[0]]
+    layout = {1: "mono", 2: "stereo", 6: "5.1", 8: "7.1"}[planar.shape[0]]
     buffer = io.BytesIO()
     with av.open(buffer, "w", format=container_format) as container:
         if title is not None:
@@ -61,9 +62,10 @@ def encode_pyav(
         stream = container.add_stream(codec, rate=sample_rate)
         assert isinstance(stream, av.AudioStream)
         stream.layout = layout
-        frame = av.AudioFrame.from_ndarray(
-            np.ascontiguousarray(planar, dtype=np.float32), format="fltp", layout=layout
-        )
+        # Packed, which the encoder converts itself: PyAV 18's from_ndarray crashes on a planar
+        # frame of exactly 8 channels (it walks one data pointer too far).
+        interleaved = np.ascontiguousarray(planar.T, dtype=np.float32).reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(interleaved, format="flt", layout=layout)
         frame.sample_rate = sample_rate
         for packet in stream.encode(frame):
             container.mux(packet)
@@ -107,6 +109,55 @@ def encode_open_ended_flac(samples: FloatArray, sample_rate: int) -> bytes:
     data = bytes(sink.data)
     assert int.from_bytes(data[8 + 13 : 8 + 18], "big") & ((1 << 36) - 1) == 0
     return data
+
+
+def with_declared_flac_frames(data: bytes, total_frames: int) -> bytes:
+    """``data`` (a FLAC file) with STREAMINFO's 36-bit total sample count set to ``total_frames``.
+
+    0 means "unknown", as a FLAC written to a pipe says. The frames themselves are unchanged, so
+    the header may now claim far more (or less) audio than the file holds.
+    """
+    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0  # STREAMINFO comes first
+    start = 8 + 13  # its sample count: the low 4 bits of byte 13, then bytes 14..17
+    field = int.from_bytes(data[start : start + 5], "big")
+    field = (field & ~((1 << 36) - 1)) | total_frames
+    return data[:start] + field.to_bytes(5, "big") + data[start + 5 :]
+
+
+def encode_silence(
+    sample_rate: int, channels: int, frames: int, fmt: str = "FLAC", subtype: str = "PCM_16"
+) -> bytes:
+    """Silence, which lossless codecs store in almost no bytes: the cheapest decompression bomb."""
+    buffer = io.BytesIO()
+    sf.write(
+        buffer, np.zeros((frames, channels), np.float32), sample_rate, format=fmt, subtype=subtype
+    )
+    return buffer.getvalue()
+
+
+def _ogg_crc(page: bytes) -> int:
+    crc = 0
+    for byte in page:
+        crc ^= byte << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7) if crc & 0x80000000 else crc << 1
+            crc &= 0xFFFFFFFF
+    return crc
+
+
+def with_opus_pre_skip(data: bytes, pre_skip: int) -> bytes:
+    """An Ogg Opus file whose OpusHead asks the decoder to drop ``pre_skip`` leading samples.
+
+    The header sits alone on the first Ogg page, whose checksum is recomputed.
+    """
+    page = bytearray(data)
+    head = page.index(b"OpusHead")
+    struct.pack_into("<H", page, head + 10, pre_skip)
+    segments = page[26]
+    size = 27 + segments + sum(page[27 : 27 + segments])
+    struct.pack_into("<I", page, 22, 0)
+    struct.pack_into("<I", page, 22, _ogg_crc(bytes(page[:size])))
+    return bytes(page)
 
 
 def encode_video_only_mp4() -> bytes:

@@ -14,12 +14,20 @@ Routes:
   /loop                    302 to itself
   /stream?total=N          N zero bytes in 64 KiB chunks (``&declare=1``: with Content-Length)
   /truncated               declares 1000 bytes, sends 10, drops the connection
+  /stall?after=N           N bytes (chunked), then silence until the server stops (or 30 s)
+  /trickle                 one byte every 50 ms until the client hangs up (slowloris)
+  /encoded/{name}          a body registered with ``add_encoded``, sent with its Content-Encoding
+  /cookie                  a body, and Set-Cookie; records the Cookie header each request carried
+
+:class:`RawOrigin` is a bare socket server for what aiohttp's server will not send: it answers
+each path with registered raw bytes (status line, headers and body as given), then closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -33,6 +41,7 @@ from mediaref.media._transport.loop_thread import run_sync
 from mediaref.media.connector import MediaConnector
 
 _CHUNK = 64 * 1024
+_RAW_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 _WAIT_SECONDS = 30.0
 
 
@@ -45,6 +54,8 @@ class StreamRecord:
 class MediaServer:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
+        self.encoded: dict[str, tuple[bytes, str]] = {}
+        self.cookies_received: list[str | None] = []
         self.streams: list[StreamRecord] = []
         self._log: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
@@ -62,6 +73,11 @@ class MediaServer:
     def add_file(self, name: str, data: bytes) -> str:
         self.files[name] = data
         return self.url(f"/files/{name}")
+
+    def add_encoded(self, name: str, body: bytes, content_encoding: str) -> str:
+        """Serve ``body`` as is under ``Content-Encoding: content_encoding`` (with its length)."""
+        self.encoded[name] = (body, content_encoding)
+        return self.url(f"/encoded/{name}")
 
     def count(self, path: str, *, host: str | None = None) -> int:
         """Requests received for ``path``, from any host unless ``host`` (e.g. ``localhost``)."""
@@ -108,6 +124,10 @@ class MediaServer:
         app.router.add_get("/loop", self._loop_redirect)
         app.router.add_get("/stream", self._stream)
         app.router.add_get("/truncated", self._truncated)
+        app.router.add_get("/stall", self._stall)
+        app.router.add_get("/trickle", self._trickle)
+        app.router.add_get("/encoded/{name}", self._encoded)
+        app.router.add_get("/cookie", self._cookie)
         # handler_cancellation: a client that gives up must not leave a handler running.
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -197,6 +217,90 @@ class MediaServer:
         return response
 
 
+    async def _stall(self, request: web.Request) -> web.StreamResponse:
+        assert self._stopping is not None
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(bytes(int(request.query["after"])))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), _WAIT_SECONDS)
+        return response
+
+    async def _trickle(self, request: web.Request) -> web.StreamResponse:
+        record = StreamRecord()
+        self.streams.append(record)
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        try:
+            await response.prepare(request)
+            for _ in range(int(_WAIT_SECONDS / 0.05)):
+                await response.write(b"x")
+                record.sent_bytes += 1
+                await asyncio.sleep(0.05)
+        except ConnectionError:
+            pass
+        finally:
+            record.finished.set()
+        return response
+
+    async def _encoded(self, request: web.Request) -> web.Response:
+        body, coding = self.encoded[request.match_info["name"]]
+        return web.Response(
+            body=body,
+            headers={"Content-Encoding": coding, "Content-Type": "application/octet-stream"},
+        )
+
+
+    async def _cookie(self, request: web.Request) -> web.Response:
+        self.cookies_received.append(request.headers.get("Cookie"))
+        return web.Response(
+            body=b"cookie", headers={"Set-Cookie": "session=secret; Path=/; Max-Age=3600"}
+        )
+
+
+class RawOrigin:
+    """A socket server answering ``GET /<name>`` with the raw bytes registered for ``name``."""
+
+    def __init__(self) -> None:
+        self.responses: dict[str, bytes] = {}
+        self.requests: Counter[str] = Counter()
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self._sock.settimeout(0.2)
+        self.port = self._sock.getsockname()[1]
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="test-raw-origin", daemon=True)
+
+    def add(self, name: str, raw: bytes) -> str:
+        self.responses[name] = raw
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def start(self) -> RawOrigin:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(_WAIT_SECONDS)
+        self._sock.close()
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:  # the accept timeout: look at the stop flag again
+                continue
+            with conn:
+                conn.settimeout(_WAIT_SECONDS)
+                with contextlib.suppress(OSError):
+                    head = conn.recv(65536)
+                    name = head.split(b" ", 2)[1].decode("ascii", "replace").lstrip("/")
+                    self.requests[name] += 1
+                    conn.sendall(self.responses.get(name, _RAW_NOT_FOUND))
+
+
 # Settings the connector reads; each test starts from their defaults and no proxy.
 _TRANSPORT_ENV = (
     "VLLM_IMAGE_FETCH_TIMEOUT",
@@ -250,3 +354,22 @@ def media_server() -> Iterator[MediaServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def second_media_server() -> Iterator[MediaServer]:
+    """Another origin: same host, its own port."""
+    server = MediaServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def raw_origin() -> Iterator[RawOrigin]:
+    origin = RawOrigin().start()
+    try:
+        yield origin
+    finally:
+        origin.stop()

@@ -32,7 +32,8 @@ GRAYSCALE_SAMPLE = "camera.png"
 ANIMATED_GIF_SAMPLE = "no_time_for_that_tiny.gif"
 
 EXIF_IFD = 0x8769
-EXIF_IMAGE_UNIQUE_ID = 0xA420
+EXIF_IMAGE_ID = 0x800D  # IFD0's ImageID: the identity vLLM's hasher reads
+EXIF_IMAGE_UNIQUE_ID = 0xA420  # the Exif IFD's ImageUniqueID: not an identity mediaref keys on
 EXIF_ORIENTATION = 0x0112
 
 
@@ -50,13 +51,23 @@ def encode(image: Image.Image, image_format: str, **save_options: object) -> byt
     return buffer.getvalue()
 
 
-def exif_block(*, image_id: str | None = None, orientation: int | None = None) -> bytes:
-    """An EXIF block (as Pillow's ``exif=`` save option takes it) with the given tags."""
+def exif_block(
+    *,
+    image_id: str | None = None,
+    orientation: int | None = None,
+    image_unique_id: str | None = None,
+) -> bytes:
+    """An EXIF block (as Pillow's ``exif=`` save option takes it) with the given tags.
+
+    ``image_id`` is IFD0's ImageID (0x800D); ``image_unique_id`` the Exif IFD's ImageUniqueID.
+    """
     exif = Image.Exif()
     if orientation is not None:
         exif[EXIF_ORIENTATION] = orientation
     if image_id is not None:
-        exif.get_ifd(EXIF_IFD)[EXIF_IMAGE_UNIQUE_ID] = image_id
+        exif[EXIF_IMAGE_ID] = image_id
+    if image_unique_id is not None:
+        exif.get_ifd(EXIF_IFD)[EXIF_IMAGE_UNIQUE_ID] = image_unique_id
     return exif.tobytes()
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import io
 import os
+import struct
+from collections.abc import Callable
 from fractions import Fraction
 
 import av
@@ -102,4 +104,96 @@ def make_clip(
                 output.mux(packet)
         for packet in stream.encode(None):
             output.mux(packet)
+    return buffer.getvalue()
+
+
+@functools.cache
+def make_black_clip(
+    width: int, height: int, num_frames: int, container: str = "mp4", codec: str = "h264"
+) -> bytes:
+    """Black frames, which compress to almost nothing: a few KB declaring gigabytes of pixels.
+
+    The frames are built in YUV directly (no RGB conversion), so even 4096x4096 encodes fast.
+    """
+    encoder, pix_fmt, options = ENCODERS[codec]
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format=container) as output:
+        stream = output.add_stream(encoder, rate=Fraction(30), options=dict(options))
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+        frame = av.VideoFrame(width, height, pix_fmt)
+        for plane in frame.planes:
+            plane.update(bytes(plane.buffer_size))
+        for index in range(num_frames):
+            frame.pts = index
+            for packet in stream.encode(frame):
+                output.mux(packet)
+        for packet in stream.encode(None):
+            output.mux(packet)
+    return buffer.getvalue()
+
+
+_STBL_PATH = (b"moov", b"trak", b"mdia", b"minf", b"stbl")
+
+
+def _find_box(data: bytes, path: tuple[bytes, ...], start: int = 0, end: int | None = None) -> int:
+    """The offset of the box at ``path`` (first match at each level)."""
+    end = len(data) if end is None else end
+    position = start
+    while position + 8 <= end:
+        size, kind = struct.unpack_from(">I4s", data, position)
+        if kind == path[0]:
+            return position if len(path) == 1 else _find_box(data, path[1:], position + 8, position + size)
+        position += size
+    raise KeyError(path)
+
+
+def declare_mp4_samples(data: bytes, count: int) -> bytes:
+    """``data`` (a one-track MP4) with a sample table declaring ``count`` one-byte samples.
+
+    The rewritten table takes a few dozen bytes whatever ``count`` is: a constant sample size in
+    ``stsz``, one ``stsc`` run and one ``stts`` run. FFmpeg's demuxer indexes every declared
+    sample when it opens the file.
+    """
+    stbl = _find_box(data, _STBL_PATH)
+    (stbl_size,) = struct.unpack_from(">I", data, stbl)
+    kept = bytearray()
+    position = stbl + 8
+    while position < stbl + stbl_size:
+        size, kind = struct.unpack_from(">I4s", data, position)
+        if kind not in (b"stsz", b"stsc", b"stts", b"stss", b"ctts"):
+            kept += data[position : position + size]
+        position += size
+    kept += struct.pack(">I4sIII", 20, b"stsz", 0, 1, count)
+    kept += struct.pack(">I4sIIIII", 28, b"stsc", 0, 1, 1, count, 1)
+    kept += struct.pack(">I4sIIII", 24, b"stts", 0, 1, count, 1)
+    new_stbl = struct.pack(">I4s", 8 + len(kept), b"stbl") + bytes(kept)
+    delta = len(new_stbl) - stbl_size
+    out = bytearray(data[:stbl] + new_stbl + data[stbl + stbl_size :])
+    for depth in range(1, len(_STBL_PATH)):  # the boxes around stbl grow with it
+        parent = _find_box(data, _STBL_PATH[:depth])
+        (size,) = struct.unpack_from(">I", data, parent)
+        struct.pack_into(">I", out, parent, size + delta)
+    return bytes(out)
+
+
+def make_clip_with_timestamps(container: str, pts_of: Callable[[int], int], num_frames: int = 40) -> bytes:
+    """Intra-only frames painted with their index, muxed with presentation timestamps
+    ``pts_of(index)`` (which may go backwards) and decode timestamps that increase, as muxers
+    require."""
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format=container) as output:
+        stream = output.add_stream("mpeg4", rate=30, options={"qscale": "2"})
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.time_base = Fraction(1, 30)
+        stream.codec_context.gop_size = 1
+        def mux(packets: list[av.Packet]) -> None:
+            for packet in packets:
+                index = packet.pts
+                packet.pts, packet.dts = pts_of(index), index - 10 * num_frames
+                output.mux(packet)
+        for index in range(num_frames):
+            frame = av.VideoFrame.from_ndarray(frame_pattern(index, 64, 48), format="rgb24")
+            frame.pts = index
+            mux(stream.encode(frame))
+        mux(stream.encode(None))
     return buffer.getvalue()

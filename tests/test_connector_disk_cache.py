@@ -21,6 +21,7 @@ from _raw_media import RawMediaIO
 
 from mediaref.exceptions import MediaNotAllowedError, MediaNotFoundError, MediaTooLargeError
 from mediaref.media._transport.disk_cache import ENTRY_SUFFIX, DiskCache
+from mediaref.media._transport.errors import TooLargeError
 from mediaref.media._transport.http_client import MediaHTTPClient
 from mediaref.media.connector import MediaConnector
 
@@ -143,8 +144,17 @@ def test_a_vanished_entry_is_a_miss(tmp_path: Path, clock: FakeClock) -> None:
         lambda raw: raw[:-1] + bytes([raw[-1] ^ 1]),  # one flipped bit
         lambda raw: b"garbage!" + raw[8:],  # wrong magic
         lambda raw: raw + b"extra",  # trailing bytes
+        # A header claiming an exabyte payload: a miss, not a MemoryError from allocating it.
+        lambda raw: raw[:8] + (2**60).to_bytes(8, "big") + raw[16:],
     ],
-    ids=["truncated-payload", "truncated-header", "bit-flip", "bad-magic", "trailing-bytes"],
+    ids=[
+        "truncated-payload",
+        "truncated-header",
+        "bit-flip",
+        "bad-magic",
+        "trailing-bytes",
+        "huge-length",
+    ],
 )
 def test_a_corrupt_entry_is_a_miss_and_is_removed(tmp_path: Path, clock: FakeClock, damage) -> None:  # type: ignore[no-untyped-def]
     cache = make_cache(tmp_path, clock)
@@ -153,6 +163,27 @@ def test_a_corrupt_entry_is_a_miss_and_is_removed(tmp_path: Path, clock: FakeClo
     path.write_bytes(damage(path.read_bytes()))
     assert cache.get("k") is None
     assert not path.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_something_else_at_an_entry_path_is_a_miss_without_blocking(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    cache = make_cache(tmp_path, clock)
+    os.mkfifo(cache.entry_path("fifo"))  # opening it for reading would wait for a writer
+    os.mkdir(cache.entry_path("dir"))
+    assert cache.get("fifo") is None
+    assert cache.get("dir") is None
+
+
+def test_an_entry_over_the_callers_cap_is_refused_before_it_is_read(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    cache = make_cache(tmp_path, clock)
+    cache.put("k", blob("k"))
+    with pytest.raises(TooLargeError):
+        cache.get("k", max_bytes=99)
+    assert cache.get("k", max_bytes=100) == blob("k")
 
 
 def test_abandoned_temporary_files_are_swept(tmp_path: Path, clock: FakeClock) -> None:

@@ -35,6 +35,7 @@ from mediaref.exceptions import (
 )
 from mediaref.media._transport.errors import (
     AddressRefusedError,
+    BadResponseError,
     HTTPStatusError,
     RefusedError,
     TooLargeError,
@@ -67,7 +68,7 @@ LOW_LEVEL = [
     (_dns_error(socket.EAI_NONAME), MediaClientError, False),
     (_dns_error(socket.EAI_AGAIN), MediaServerError, True),
     (aiohttp.ServerDisconnectedError(), MediaServerError, True),
-    (aiohttp.ClientPayloadError("short body"), MediaServerError, True),
+    (aiohttp.ClientPayloadError("short body"), MediaServerError, False),  # final, as in vLLM
     (aiohttp.ClientConnectionResetError("reset"), MediaServerError, True),
     (aiohttp.ClientOSError(errno.EPIPE, "broken pipe"), MediaServerError, True),
     (aiohttp.ClientSSLError(_KEY, OSError("bad handshake")), MediaServerError, False),
@@ -81,6 +82,17 @@ LOW_LEVEL = [
     (RefusedError("domain"), MediaNotAllowedError, False),
     (AddressRefusedError("localhost", "127.0.0.1"), MediaNotAllowedError, False),
     (TooLargeError("big"), MediaTooLargeError, False),
+    (BadResponseError("unsupported Content-Encoding"), MediaServerError, False),
+    (socket.gaierror(socket.EAI_NONAME, "Name or service not known"), MediaClientError, False),
+    (socket.gaierror(socket.EAI_AGAIN, "Temporary failure"), MediaServerError, True),
+    (OSError(errno.ENAMETOOLONG, "File name too long"), MediaClientError, False),
+    (OSError(errno.EMFILE, "Too many open files"), MediaServerError, False),
+    (OSError(errno.ELOOP, "Too many levels of symbolic links"), MediaClientError, False),
+    (
+        aiohttp.ClientConnectorError(_KEY, OSError(errno.EMFILE, "Too many open files")),
+        MediaServerError,
+        True,
+    ),
     (FileNotFoundError(errno.ENOENT, "missing"), MediaNotFoundError, False),
     (PermissionError(errno.EACCES, "denied"), MediaNotAllowedError, False),
     (IsADirectoryError(errno.EISDIR, "dir"), MediaClientError, False),

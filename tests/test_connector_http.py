@@ -30,7 +30,7 @@ from mediaref.exceptions import (
 )
 from mediaref.media._transport.http_client import MediaHTTPClient
 from mediaref.media._transport.loop_thread import run_sync
-from mediaref.media.connector import MediaConnector
+from mediaref.media.connector import MediaConnector, MediaRequestDownloadBudget
 
 PAYLOAD = os.urandom(4000)
 MIB = 1024 * 1024
@@ -123,13 +123,19 @@ def test_status_maps_to_error_type_and_transient_ones_are_retried(
     assert media_server.count(f"/status/{status}") == attempts
 
 
+@pytest.mark.parametrize(("setting", "attempts"), [("1", 1), ("0", 1), ("-3", 1), ("4", 4)])
 def test_retries_follow_the_setting(
-    media_server: MediaServer, connector: MediaConnector, monkeypatch: pytest.MonkeyPatch
+    media_server: MediaServer,
+    connector: MediaConnector,
+    monkeypatch: pytest.MonkeyPatch,
+    setting: str,
+    attempts: int,
 ) -> None:
-    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")
+    # As in vLLM, VLLM_MEDIA_FETCH_MAX_RETRIES counts attempts in all, and there is always one.
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", setting)
     with pytest.raises(MediaServerError):
         connector.fetch_image(media_server.url("/status/500"), RawMediaIO())
-    assert media_server.count("/status/500") == 1
+    assert media_server.count("/status/500") == attempts
 
 
 def test_a_transient_failure_is_cured_by_a_retry(
@@ -207,12 +213,14 @@ def test_body_at_the_cap_is_accepted(
         connector.fetch_image(url, RawMediaIO(max_bytes=len(PAYLOAD) - 1))
 
 
-def test_truncated_body_is_a_server_error_and_retried(
+def test_truncated_body_is_a_server_error_and_not_retried(
     media_server: MediaServer, connector: MediaConnector
 ) -> None:
+    # A body shorter than its Content-Length is final: retrying an origin that sends other than
+    # it declares only multiplies what it can make us download.
     with pytest.raises(MediaServerError):
         connector.fetch_image(media_server.url("/truncated"), RawMediaIO())
-    assert media_server.count("/truncated") == 3
+    assert media_server.count("/truncated") == 1
 
 
 def test_connection_refused_is_a_server_error(connector: MediaConnector) -> None:
@@ -223,41 +231,73 @@ def test_connection_refused_is_a_server_error(connector: MediaConnector) -> None
         connector.fetch_image(f"http://127.0.0.1:{free_port}/x", RawMediaIO())
 
 
-def test_request_budget_spans_the_connectors_downloads(
-    media_server: MediaServer, http_client: MediaHTTPClient, monkeypatch: pytest.MonkeyPatch
+def test_request_budget_spans_the_requests_downloads(
+    media_server: MediaServer, http_client: MediaHTTPClient
 ) -> None:
-    monkeypatch.setenv("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB", str(10_000 / MIB))
     url = media_server.add_file("a.bin", PAYLOAD)
-    request = MediaConnector(http_client, allow_private_ips=True)
+    budget = MediaRequestDownloadBudget(10_000)
+    request = MediaConnector(http_client, allow_private_ips=True, download_budget=budget)
     request.fetch_image(url, RawMediaIO())
     request.fetch_image(url, RawMediaIO())
-    with pytest.raises(MediaTooLargeError, match="budget"):
+    with pytest.raises(MediaTooLargeError, match="VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB"):
         request.fetch_image(url, RawMediaIO())
+    assert budget.used == 2 * len(PAYLOAD)
     # The next request has a budget of its own.
-    assert (
-        MediaConnector(http_client, allow_private_ips=True).fetch_image(url, RawMediaIO()).data
-        == PAYLOAD
+    next_request = MediaConnector(
+        http_client, allow_private_ips=True, download_budget=MediaRequestDownloadBudget(10_000)
     )
+    assert next_request.fetch_image(url, RawMediaIO()).data == PAYLOAD
 
 
-def test_failed_attempts_give_their_bytes_back_to_the_budget(
+def test_budget_limit_defaults_to_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert MediaRequestDownloadBudget().limit_bytes == 256 * MIB  # vLLM's default
+    monkeypatch.setenv("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB", "0")
+    assert MediaRequestDownloadBudget().limit_bytes is None
+    unlimited = MediaRequestDownloadBudget()
+    unlimited.charge(10**12)
+    assert unlimited.used == 10**12
+
+
+def test_a_long_lived_connector_never_runs_out(
     media_server: MediaServer, http_client: MediaHTTPClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB", str(8000 / MIB))
+    # The README's pattern: one connector reused for many fetches. The budget belongs to a
+    # request, so a connector built without one has no request-wide limit.
+    monkeypatch.setenv("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB", "0.25")
+    url = media_server.add_file("a.bin", os.urandom(100 * 1024))
+    reused = MediaConnector(http_client, allow_private_ips=True)
+    for _ in range(5):
+        reused.fetch_image(url, RawMediaIO())
+    assert media_server.count("/files/a.bin") == 5
+
+
+def test_retried_attempts_count_against_the_budget(
+    media_server: MediaServer, http_client: MediaHTTPClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As in vLLM, "including retried attempts": bytes received are charged even when the
+    # attempt that received them failed and was retried.
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "3")
+    monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "0.5")
+    budget = MediaRequestDownloadBudget(10_000)
+    request = MediaConnector(http_client, allow_private_ips=True, download_budget=budget)
     url = media_server.add_file("a.bin", PAYLOAD)
-    request = MediaConnector(http_client, allow_private_ips=True)
-    with pytest.raises(MediaServerError):  # three attempts, 10 bytes each, all refunded
-        request.fetch_image(media_server.url("/truncated"), RawMediaIO())
-    request.fetch_image(url, RawMediaIO())
-    request.fetch_image(url, RawMediaIO())  # exactly 8000 bytes: fits only after the refunds
+    assert request.fetch_image(media_server.url("/flaky/2/a.bin"), RawMediaIO()).data == PAYLOAD
+    assert budget.used == len(PAYLOAD)  # 500s carry no body
+    with pytest.raises(MediaTimeoutError):  # 1000 bytes, then silence: a timeout, retried
+        request.fetch_image(media_server.url("/stall?after=1000"), RawMediaIO())
+    assert media_server.count("/stall") == 3
+    assert budget.used == len(PAYLOAD) + 3 * 1000
+    with pytest.raises(MediaTooLargeError):
+        request.fetch_image(url, RawMediaIO())
 
 
 async def test_concurrent_downloads_share_one_budget(
-    media_server: MediaServer, http_client: MediaHTTPClient, monkeypatch: pytest.MonkeyPatch
+    media_server: MediaServer, http_client: MediaHTTPClient
 ) -> None:
-    monkeypatch.setenv("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB", str(10_000 / MIB))
     url = media_server.add_file("a.bin", PAYLOAD)
-    request = MediaConnector(http_client, allow_private_ips=True)
+    request = MediaConnector(
+        http_client, allow_private_ips=True, download_budget=MediaRequestDownloadBudget(10_000)
+    )
     results = await asyncio.gather(
         *(request.fetch_image_async(url, RawMediaIO()) for _ in range(6)), return_exceptions=True
     )

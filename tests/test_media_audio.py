@@ -18,18 +18,19 @@ import numpy as np
 import pytest
 import soundfile as sf  # type: ignore[import-untyped]
 from _audio_samples import (
+    Tones,
     dominant_frequency_hz,
     encode_open_ended_flac,
     encode_pyav,
     encode_soundfile,
     encode_video_only_mp4,
-    Tones,
     rms,
     sine,
 )
 
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media import _audio_pyav, _audio_soundfile
+from mediaref.media._audio_caps import AudioLimits
 from mediaref.media.audio import AudioMediaIO
 from mediaref.media.base import DecodeSpec
 
@@ -47,9 +48,9 @@ def backend_calls(monkeypatch: pytest.MonkeyPatch) -> BackendCalls:
     calls: BackendCalls = []
 
     def spy(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(data: bytes, max_duration_s: float | None) -> Any:
+        def wrapper(data: bytes, limits: AudioLimits, charge: Any = None) -> Any:
             try:
-                result = real(data, max_duration_s)
+                result = real(data, limits, charge)
             except BaseException:
                 calls.append((name, "failed"))
                 raise
@@ -330,25 +331,31 @@ def test_kwarg_overrides_env_cap(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_soundfile_decode_stops_at_the_cap_without_trying_pyav(
     backend_calls: BackendCalls,
 ) -> None:
-    # load_bytes skips the eager header check, so this exercises the cap inside the read loop.
-    data = encode_soundfile(sine(MONO, 8000, 3.0), 8000, "WAV", "PCM_16")
-
+    # load_bytes skips the eager check when the ref is built; the decode checks the header too.
+    declared = encode_soundfile(sine(MONO, 8000, 3.0), 8000, "WAV", "PCM_16")
+    with pytest.raises(MediaTooLargeError, match="header declares 3.000 s"):
+        AudioMediaIO(max_duration_s=1).load_bytes(declared)
+    # A header that declares no length: the cap fires inside the read loop.
+    open_ended = encode_open_ended_flac(sine(MONO, 8000, 3.0), 8000)
     with pytest.raises(MediaTooLargeError, match="stopped decoding at 1.000 s"):
-        AudioMediaIO(max_duration_s=1).load_bytes(data)
-    assert backend_calls == [("soundfile", "failed")]
+        AudioMediaIO(max_duration_s=1).load_bytes(open_ended)
+    assert backend_calls == [("soundfile", "failed")] * 2
 
 
-def test_pyav_decode_stops_at_the_cap(backend_calls: BackendCalls) -> None:
-    # soundfile cannot read an M4A header, so the ref builds and the cap fires mid-decode.
+def test_pyav_decode_refuses_a_container_declared_excess(backend_calls: BackendCalls) -> None:
+    # soundfile cannot read an M4A header, so the ref builds; PyAV reads the container's
+    # duration before decoding. (test_endless_frame_source_stops_just_past_the_cap covers a
+    # stream that declares nothing.)
     data = encode_pyav(sine(MONO, 16000, 3.0), 16000, "mp4", "aac")
     ref = AudioMediaIO(max_duration_s=1).load_bytes_ref(data)
 
-    with pytest.raises(MediaTooLargeError, match="1-second duration limit") as first:
+    with pytest.raises(MediaTooLargeError, match=r"1-second duration limit .*header declares 3\."):
         ref.decode()
-    with pytest.raises(MediaTooLargeError) as second:
-        ref.decode()
-    assert second.value is first.value
     assert backend_calls == [("soundfile", "failed"), ("pyav", "failed")]
+    # A cap is not a verdict on the payload, so the ref does not memoize it: it tries again.
+    with pytest.raises(MediaTooLargeError):
+        ref.decode()
+    assert len(backend_calls) == 4
 
 
 def test_open_ended_header_is_capped_while_decoding() -> None:
@@ -374,7 +381,7 @@ def test_endless_frame_source_stops_just_past_the_cap() -> None:
             yield item
 
     with pytest.raises(MediaTooLargeError, match="stopped decoding at 2.125 s"):
-        _audio_pyav.collect_frames(endless(), 2.0)
+        _audio_pyav.collect_frames(endless(), AudioLimits(max_duration_s=2.0))
     assert pulled == 17
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key, derive_media_key
-from mediaref.exceptions import MediaTooLargeError
+from mediaref.exceptions import MediaClientError, MediaTooLargeError
 
 from _counting import CountingDecoder
 
@@ -323,22 +323,19 @@ def test_decode_drops_the_closure_but_keeps_bytes_until_release() -> None:
     assert ref.data == b"bytes"
 
 
-def test_release_waits_for_in_flight_decode() -> None:
+def test_release_does_not_wait_for_an_in_flight_decode() -> None:
+    # Formerly release() waited for the decode; it must not (tests/security/test_mediaref_release.py).
     gate = threading.Event()
     decoder = CountingDecoder("late", gate=gate)
     ref = MediaRef(b"p", decoder, DecodeSpec())
     decoding = threading.Thread(target=ref.decode)
     decoding.start()
     assert decoder.started.wait(5)
-    released = threading.Event()
-    releaser = threading.Thread(target=lambda: (ref.release(), released.set()))
-    releaser.start()
-    assert not released.wait(0.2)  # blocked while the worker still reads the payload
+    ref.release()  # returns while the decode is held at the gate
+    assert ref.data == b"" and ref.is_released and not ref.is_decoded
     gate.set()
-    assert released.wait(5)
     decoding.join(5)
-    releaser.join(5)
-    assert ref.decode() == "late" and ref.data == b""
+    assert ref.decode() == "late" and decoder.calls == 1
 
 
 def test_release_is_idempotent() -> None:
@@ -473,9 +470,12 @@ def test_media_io_enforces_encoded_size_cap_at_ref_construction() -> None:
     assert UpperIO(max_bytes=10).load_bytes_ref(b"x" * 10).decode() == b"X" * 10
 
 
-def test_media_io_rejects_bad_base64() -> None:
-    with pytest.raises(ValueError):
-        UpperIO().load_base64_ref("x", "not base64!!")
+@pytest.mark.parametrize("text", ["not base64!!", "YWJ", "YW Jj", "ÿÿÿÿ"])
+def test_media_io_rejects_bad_base64_as_a_client_error(text: str) -> None:
+    for load in (UpperIO().load_base64_ref, UpperIO().load_base64):
+        with pytest.raises(MediaClientError, match="invalid base64 payload for test") as caught:
+            load("x", text)
+        assert type(caught.value) is MediaClientError and caught.value.status_code == 400
 
 
 def test_media_io_load_file_reads_bytes_once(tmp_path) -> None:

@@ -31,7 +31,14 @@ from _image_samples import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image, ImageFile, ImageOps, JpegImagePlugin, WebPImagePlugin
+from PIL import (
+    Image,
+    ImageFile,
+    ImageOps,
+    JpegImagePlugin,
+    PngImagePlugin,
+    WebPImagePlugin,
+)
 
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media.base import MediaRef, derive_identity_key, derive_media_key
@@ -308,14 +315,19 @@ def test_different_image_ids_give_different_keys() -> None:
     assert len(keys) == 2
 
 
-def test_image_id_written_into_ifd0_is_honoured() -> None:
-    exif = Image.Exif()
-    exif[0xA420] = IMAGE_ID  # outside the Exif IFD, where some writers put it
-    data = encode(gradient_rgb(8, 8), "JPEG", exif=exif.tobytes())
+@pytest.mark.parametrize("where", ["exif-ifd", "ifd0"])
+def test_image_unique_id_alone_does_not_key(where: str) -> None:
+    # ImageUniqueID (0xA420) is not the identity vLLM reads: it must not merge two payloads.
+    if where == "exif-ifd":
+        exif = exif_block(image_unique_id=IMAGE_ID)
+    else:
+        block = Image.Exif()
+        block[0xA420] = IMAGE_ID
+        exif = block.tobytes()
     media_io = ImageMediaIO()
-    assert media_io.load_bytes_ref(data).key == derive_identity_key(
-        "exif-image-id", IMAGE_ID.encode(), media_io.get_decode_spec()
-    )
+    for image_format in ("JPEG", "PNG"):
+        data = encode(gradient_rgb(8, 8), image_format, exif=exif)
+        assert media_io.load_bytes_ref(data).key == derive_media_key(data, media_io.get_decode_spec())
 
 
 def test_placeholder_and_damaged_exif_fall_back_to_the_bytes_key() -> None:
@@ -354,7 +366,6 @@ def test_png_without_exif_keys_off_bytes_without_rasterizing(pixel_work: PixelWo
         ("WEBP", {"exif": exif_block(image_id=IMAGE_ID)}),
         ("GIF", {}),
         ("BMP", {}),
-        ("TIFF", {}),
     ],
 )
 def test_building_a_ref_never_rasterizes(
@@ -372,7 +383,7 @@ def test_building_a_ref_never_rasterizes(
 
 
 @pytest.mark.parametrize("eager", [False, True], ids=["ref", "load_bytes"])
-@pytest.mark.parametrize("image_format", ["PNG", "TIFF", "WEBP"])
+@pytest.mark.parametrize("image_format", ["PNG", "WEBP"])
 @pytest.mark.parametrize(("orientation", "rot90_turns"), [(3, 2), (6, -1), (8, 1)])
 def test_exif_orientation_is_applied(
     orientation: int, rot90_turns: int, image_format: str, eager: bool
@@ -692,3 +703,26 @@ def test_jpeg_pixel_cap_reads_the_frame_header(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("VLLM_MAX_IMAGE_PIXELS", "1000")
     with pytest.raises(MediaTooLargeError, match=r"40x26 = 1040 pixels"):
         ImageMediaIO().load_bytes_ref(encode(gradient_rgb(40, 26), "JPEG", quality=90))
+
+
+def test_png_ref_reads_only_chunk_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pillow's PNG open inflates every text chunk; the key needs only IHDR and an eXIf chunk.
+    plain = encode(gradient_rgb(40, 26), "PNG")
+    with_id = encode(gradient_rgb(40, 26), "PNG", exif=exif_block(image_id=IMAGE_ID))
+    opened: list[object] = []
+    real_open = PngImagePlugin.PngImageFile._open
+    monkeypatch.setattr(
+        PngImagePlugin.PngImageFile, "_open", lambda self: (opened.append(self), real_open(self))[1]
+    )
+    io_ = ImageMediaIO()
+    refs = [io_.load_bytes_ref(plain), io_.load_bytes_ref(with_id)]
+    assert opened == []
+    assert refs[0].key == derive_media_key(plain, io_.get_decode_spec())
+    assert refs[1].key == derive_identity_key("exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec())
+    assert refs[1].decode().size == (40, 26) and len(opened) == 1
+
+
+def test_png_pixel_cap_reads_ihdr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_MAX_IMAGE_PIXELS", "1000")
+    with pytest.raises(MediaTooLargeError, match=r"40x26 = 1040 pixels"):
+        ImageMediaIO().load_bytes_ref(encode(gradient_rgb(40, 26), "PNG"))

@@ -15,15 +15,16 @@ import numpy as np
 import pybase64
 import pytest
 import soundfile
-from PIL import Image
-
-import mediaref.video._pyav_decode as pyav_decode
+from _audio_samples import encode_pyav
 from _video_samples import (
     encoder_unavailable_reason,
     frame_pattern,
     make_clip,
     read_frame_index,
 )
+from PIL import Image
+
+import mediaref.video._pyav_decode as pyav_decode
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media.base import derive_media_key
 from mediaref.media.image import ImageMediaIO
@@ -293,6 +294,14 @@ def test_unknown_backend_error_lists_the_known_ones() -> None:
         video_io(video_backend="nope")
 
 
+def test_unknown_backend_raises_as_vllms_registry_does() -> None:
+    # vLLM's ExtensionManager.load: assert cls is not None, f"Extension class {name} not found".
+    with pytest.raises(AssertionError, match=r"^Extension class nope not found"):
+        VIDEO_LOADER_REGISTRY.load("nope")
+    with pytest.raises(AssertionError, match=r"^Extension class nope not found"):
+        video_io(video_backend="nope")
+
+
 def test_pyav_is_registered_as_the_default() -> None:
     assert VIDEO_LOADER_REGISTRY.load("pyav") is PyAVVideoBackend
     assert video_io().video_backend == "pyav"
@@ -356,10 +365,34 @@ def test_jpeg_frames_decode_into_a_stack() -> None:
 
     assert frames.dtype == np.uint8 and frames.shape == (3, 48, 64, 3)
     assert painted_indices(frames) == [5, 9, 12]
-    assert metadata["video_backend"] == "jpeg_frames"
+    assert metadata["video_backend"] == "jpeg_sequence"  # vLLM's name for this form
     assert metadata["total_num_frames"] == 3 and metadata["frames_indices"] == [0, 1, 2]
     assert metadata["fps"] == 2.0 and metadata["duration"] == pytest.approx(1.5)
     assert video_io(fps=4.0).load_base64("VIDEO/JPEG", text)[1]["fps"] == 4.0
+
+
+def test_jpeg_frames_keep_only_the_first_num_frames() -> None:
+    # vLLM's memory protection: data.split(",", num_frames)[:num_frames]. What follows the kept
+    # frames is never split or decoded, so even garbage there does not fail the video.
+    text = _jpeg_frames_text([5, 9, 12, 20]) + ",!!not base64!!," + "A" * 1000
+
+    frames, metadata = video_io(num_frames=2).load_base64("video/jpeg", text)
+    assert painted_indices(frames) == [5, 9]
+    assert metadata["total_num_frames"] == 2 and metadata["frames_indices"] == [0, 1]
+
+    ref = video_io(num_frames=3).load_base64_ref("video/jpeg", text)
+    assert painted_indices(ref.decode()[0]) == [5, 9, 12]
+    every = video_io(num_frames=-1).load_base64("video/jpeg", _jpeg_frames_text([1, 2, 3]))[0]
+    assert painted_indices(every) == [1, 2, 3]
+
+
+def test_jpeg_frames_key_names_num_frames() -> None:
+    text = _jpeg_frames_text([1, 2, 3])
+
+    refs = [video_io(num_frames=n).load_base64_ref("video/jpeg", text) for n in (2, 3, -1)]
+
+    assert [ref.spec.settings["num_frames"] for ref in refs] == [2, 3, -1]
+    assert len({ref.key for ref in refs}) == 3
 
 
 def test_jpeg_frames_ref_is_keyed_by_the_base64_text() -> None:
@@ -436,6 +469,11 @@ def _audio_only_wav() -> bytes:
     return buffer.getvalue()
 
 
+def _audio_only_mp4() -> bytes:
+    # A container the video allow-list admits, holding no video stream.
+    return encode_pyav(np.zeros(1600, np.float32), 16000, "mp4", "aac")
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(
     "payload",
@@ -444,7 +482,8 @@ def _audio_only_wav() -> bytes:
         pytest.param(bytes(range(256)) * 40, id="garbage"),
         pytest.param(make_clip()[: len(make_clip()) // 2], id="truncated-mp4"),
         pytest.param(make_clip()[:64], id="header-only"),
-        pytest.param(_audio_only_wav(), id="no-video-stream"),
+        pytest.param(_audio_only_wav(), id="not-a-video-container"),
+        pytest.param(_audio_only_mp4(), id="no-video-stream"),
     ],
 )
 @pytest.mark.parametrize("num_frames", [-1, 4])
@@ -516,7 +555,7 @@ class _TrackedContainer:
     [
         pytest.param(make_clip(num_frames=120), -1, id="every-frame"),
         pytest.param(make_clip(num_frames=120), 4, id="sampled-with-seeks"),
-        pytest.param(_audio_only_wav(), 4, id="no-video-stream"),
+        pytest.param(_audio_only_mp4(), 4, id="no-video-stream"),
     ],
 )
 def test_every_opened_container_is_closed(

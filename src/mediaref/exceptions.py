@@ -6,11 +6,18 @@
     ├── VLLMValidationError (ValueError)              400  bad request input
     │   ├── MediaClientError                          400  the client's fault while fetching
     │   │   ├── MediaNotAllowedError                  403  refused domain, address, path or scheme
-    │   │   ├── MediaTooLargeError                    413  over an encoded-size or pixel cap
+    │   │   ├── MediaTooLargeError                    413  over a cap: encoded size, pixels, decoded bytes
     │   │   └── MediaNotFoundError                    404  the origin answered 404/410 or the file is missing
     │   └── VLLMUnprocessableEntityError              422  a fetched item would not decode
     └── MediaServerError (ConnectionError)            502  the origin failed us (5xx after retries, reset)
         └── MediaTimeoutError (TimeoutError)          504  the origin was too slow
+
+Decoding: a decoder raises ``ValueError`` for a payload that will not decode and
+:class:`MediaTooLargeError` for one over a cap; the processor re-raises them, naming the modality
+and the item's index, as :class:`VLLMUnprocessableEntityError` (422) and
+:class:`MediaTooLargeError` (413). Anything else a decoder raises (``MemoryError``, ``OSError``,
+``TypeError``, ``RuntimeError``...) is the server's fault, not the client's: it is logged and
+propagates as itself (a server maps it to 500), and a memoized decode does not remember it.
 
 ``VLLMValidationError`` subclasses ``ValueError`` because vLLM's serving layer maps ``ValueError`` to
 a 400 response; code written against vLLM keeps working. Every class carries ``status_code`` so a
@@ -63,9 +70,25 @@ class MediaNotAllowedError(MediaClientError):
 
 
 class MediaTooLargeError(MediaClientError):
-    """The encoded payload or the image's pixel count exceeds a configured cap."""
+    """Over a configured cap: the encoded size, an image's pixels, a request's decoded bytes...
+
+    Raised at fetch time with the ``url`` when known; raised from a decode, the processor re-raises
+    it with the ``modality`` and the item's ``index`` within it.
+    """
 
     status_code = 413
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        modality: str | None = None,
+        index: int | None = None,
+    ) -> None:
+        super().__init__(message, url=url)
+        self.modality = modality
+        self.index = index
 
 
 class MediaNotFoundError(MediaClientError):

@@ -21,7 +21,11 @@ from mediaref.entrypoints._chat_template import ModelChatTemplate
 from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import MultiModalDataDict, MultiModalUUIDDict
 from mediaref.media.base import MediaIO, MediaRef
-from mediaref.media.connector import MEDIA_CONNECTOR_REGISTRY, MediaConnector
+from mediaref.media.connector import (
+    MEDIA_CONNECTOR_REGISTRY,
+    MediaConnector,
+    MediaRequestDownloadBudget,
+)
 from mediaref.processing.context import BaseProcessingInfo, InputProcessingContext, ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY
 
@@ -96,6 +100,10 @@ class BaseMultiModalItemTracker:
     ``VLLM_MEDIA_CONNECTOR``). ``media_io_kwargs``: the request's per-modality decoder settings,
     over the model config's. ``limit_mm_per_prompt``: per-modality caps over the model's own.
     ``chat_template``: the request's template, which placeholders are never read from.
+
+    ``download_budget`` is this request's :class:`MediaRequestDownloadBudget`, made per tracker
+    (one tracker, one request) as in vLLM; the default connector is built with it. A connector
+    passed in keeps whatever budget it was built with.
     """
 
     def __init__(
@@ -117,6 +125,7 @@ class BaseMultiModalItemTracker:
         self._items: dict[str, list[_Item]] = {}
         self._pending: list[_Fetch] = []
         self._media_ios: dict[str, MediaIO[Any]] = {}
+        self.download_budget = MediaRequestDownloadBudget()
 
     @property
     def processing_info(self) -> BaseProcessingInfo:
@@ -125,7 +134,7 @@ class BaseMultiModalItemTracker:
     @property
     def connector(self) -> MediaConnector:
         if self._connector is None:
-            self._connector = MEDIA_CONNECTOR_REGISTRY.load()
+            self._connector = MEDIA_CONNECTOR_REGISTRY.load(download_budget=self.download_budget)
         return self._connector
 
     # -- decoders and limits -------------------------------------------------------------------

@@ -1,17 +1,23 @@
 """The PyAV (FFmpeg) audio backend: the fallback for what libsndfile cannot read, such as AAC in
 MP4/M4A or ADTS, Opus in WebM, and the audio track of a video container.
+
+The payload is opened through :func:`~mediaref.media._pyav_open.open_input` with the audio
+allow-list of demuxers, so a payload that names other files or URLs (``ffconcat``, HLS
+playlists, image sequences) is refused before its demuxer runs.
 """
 
 from __future__ import annotations
 
-import io
+import math
 from collections.abc import Iterable, Iterator
 
 import av
 import numpy as np
 import numpy.typing as npt
 
-from mediaref.media._audio_caps import duration_exceeded, max_frames
+from mediaref.media._audio_caps import AudioLimits, check_stream_shape
+from mediaref.media._audio_pcm import DecodeCharge, PcmBuffer
+from mediaref.media._pyav_open import open_input
 
 # FFmpegError covers libav's failures; ValueError our own "no audio" findings (and metadata that
 # will not decode); OSError/EOFError the file-like adapter.
@@ -26,59 +32,103 @@ def describe_pyav_error(exc: BaseException) -> str:
 
 
 def decode_with_pyav(
-    data: bytes, max_duration_s: float | None
+    data: bytes, limits: AudioLimits, charge: DecodeCharge | None = None
 ) -> tuple[npt.NDArray[np.float32], float]:
     """Decode the best audio stream of ``data``: float32 samples at its native rate.
 
-    Shapes and the duration cap follow :func:`collect_frames`. Raises one of :data:`PYAV_ERRORS`
-    when the bytes hold no decodable audio.
+    Shapes and the caps follow :func:`collect_frames`; a duration the container declares over
+    the caps is refused before decoding. Raises one of :data:`PYAV_ERRORS` when the bytes hold no
+    decodable audio.
     """
-    # metadata_errors="ignore": a mis-encoded tag must not fail a decode of valid audio.
-    with av.open(io.BytesIO(data), mode="r", metadata_errors="ignore") as container:
+    with open_input(data, "audio") as container:
         stream = container.streams.best("audio")
         if not isinstance(stream, av.AudioStream):
             raise ValueError("no audio stream in the container")
-        return collect_frames(container.decode(stream), max_duration_s)
+        expected_frames = _declared_frames(container, stream, limits)
+        return collect_frames(container.decode(stream), limits, expected_frames, charge)
+
+
+def _declared_frames(
+    container: av.container.InputContainer, stream: av.AudioStream, limits: AudioLimits
+) -> int | None:
+    """The frame count the container declares, after refusing one over the caps; None if unknown.
+
+    Container durations can be estimates (from the bit rate, for an MP3 without a Xing header),
+    so the count only sizes the first allocation; the decode is capped on what it produces.
+    """
+    sample_rate, channels = stream.rate, stream.channels
+    try:
+        check_stream_shape(sample_rate, channels)
+    except ValueError:
+        return None  # the decoded frames carry the real shape; collect_frames checks that
+    seconds: float | None = None
+    if stream.duration and stream.time_base:
+        seconds = float(stream.duration * stream.time_base)
+    elif container.duration:
+        seconds = container.duration / av.time_base
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        return None
+    frames = seconds * sample_rate
+    limits.check_declared(frames, sample_rate, channels)
+    return math.ceil(frames)
 
 
 def collect_frames(
-    frames: Iterable[av.AudioFrame], max_duration_s: float | None
+    frames: Iterable[av.AudioFrame],
+    limits: AudioLimits,
+    expected_frames: int | None = None,
+    charge: DecodeCharge | None = None,
 ) -> tuple[npt.NDArray[np.float32], float]:
     """Gather decoded frames into (n,) mono or (channels, n) float32 samples, and the rate.
 
-    Frames are converted to planar float (``fltp``), so packed and integer sample formats land in
-    one shape. The cap is checked after every frame: iteration stops as soon as the decoded length
-    passes it, so a container whose header understates (or omits) its length cannot make us decode
-    more than the cap allows. A stream whose layout or rate changes midway fails with ValueError
+    Frames are converted to packed float (``flt``), so planar and integer sample formats land in
+    one shape, and written into one :class:`PcmBuffer`. Packed, not planar: PyAV 18 finds a
+    planar frame's planes by walking ``extended_data`` to a NULL entry, which for exactly 8
+    channels reads past FFmpeg's 8 data pointers and crashes the process (a 7.1 AAC track, or
+    any payload that says 8 channels); a packed frame has one plane. The caps are checked before every frame
+    is kept: a container whose header understates (or omits) its length cannot make us decode
+    more than they allow. A stream whose layout or rate changes midway fails with ValueError
     rather than being silently mixed or stretched.
     """
-    planes: list[npt.NDArray[np.float32]] = []
-    total = 0
-    sample_rate: int | None = None
-    channels = 0
-    cap: int | None = None
-    for converted in _as_planar_float(frames):
-        if sample_rate is None:
-            sample_rate, channels = converted.sample_rate, converted.layout.nb_channels
-            cap = max_frames(max_duration_s, sample_rate)
-        elif converted.sample_rate != sample_rate or converted.layout.nb_channels != channels:
-            raise ValueError("the audio stream changes its sample rate or channel layout midway")
-        planes.append(np.asarray(converted.to_ndarray(), dtype=np.float32))  # fltp: no copy
-        total += converted.samples
-        if cap is not None and total > cap:
-            assert max_duration_s is not None
-            raise duration_exceeded(max_duration_s, total / sample_rate, decoded=True)
-    if sample_rate is None:
+    pcm: PcmBuffer | None = None
+    for converted in _as_packed_float(frames):
+        if pcm is None:
+            pcm = PcmBuffer(
+                converted.layout.nb_channels,
+                converted.sample_rate,
+                limits,
+                expected_frames=expected_frames,
+                slack_frames=0 if expected_frames is None else _estimate_slack(expected_frames),
+                charge=charge,
+            )
+        # (1, samples x channels), interleaved: a frame of (samples, channels).
+        interleaved = np.asarray(converted.to_ndarray(), dtype=np.float32)  # flt: no copy
+        pcm.append_interleaved(interleaved.reshape(-1, pcm.channels))
+    if pcm is None:
         raise ValueError("the audio stream decoded to no frames")
-    samples = planes[0] if len(planes) == 1 else np.concatenate(planes, axis=1)
-    return (samples[0] if channels == 1 else samples), float(sample_rate)
+    return pcm.result(), float(pcm.sample_rate)
 
 
-def _as_planar_float(frames: Iterable[av.AudioFrame]) -> Iterator[av.AudioFrame]:
-    # With no layout or rate given, the resampler adopts the first frame's; when that frame is
-    # already fltp it passes frames through untouched (AAC, MP3 and Vorbis decode to fltp).
-    resampler = av.AudioResampler(format="fltp")
+def _estimate_slack(expected_frames: int) -> int:
+    # A container's duration leaves out the encoder's priming and padding (AAC: a few hundred
+    # samples over its mdhd duration), and may be an estimate from the bit rate.
+    return 4096 + expected_frames // 64
+
+
+def _as_packed_float(frames: Iterable[av.AudioFrame]) -> Iterator[av.AudioFrame]:
+    # With no layout or rate given, the resampler adopts the first frame's, and refuses a later
+    # frame that differs (ValueError); a frame already in flt passes through untouched.
+    resampler = av.AudioResampler(format="flt")
+    first: tuple[int, int] | None = None
     for frame in frames:
+        shape = (frame.sample_rate, frame.layout.nb_channels)
+        if first is None:
+            first = shape
+        elif shape != first:
+            raise ValueError(
+                "the audio stream changes its sample rate or channel count midway "
+                f"({first[0]} Hz x {first[1]} to {shape[0]} Hz x {shape[1]})"
+            )
         yield from resampler.resample(frame)
     # Flushing returns what a converting graph still buffers (nothing for a passthrough).
     yield from resampler.resample(None)

@@ -2,30 +2,42 @@
 ``soundfile.available_formats()`` lists.
 
 It is tried first because it is the fast path for the common formats and its header is cheap to
-read, which is what lets the duration cap fire when a ref is built.
+read, which is what lets the caps fire when a ref is built. libsndfile reads only the bytes it is
+given (no nested files or URLs), so it needs none of the PyAV backend's allow-lists.
 """
 
 from __future__ import annotations
 
 import io
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import soundfile as sf  # type: ignore[import-untyped]
 
-from mediaref.media._audio_caps import duration_exceeded, max_frames
+from mediaref.media._audio_caps import PCM_SAMPLE_BYTES, AudioLimits, check_stream_shape
+from mediaref.media._audio_pcm import DecodeCharge, PcmBuffer
 
 # What soundfile raises for bytes it cannot open or read: LibsndfileError and its kin derive from
 # RuntimeError; ValueError and OSError cover the Python-side checks and the BytesIO adapter.
 SOUNDFILE_ERRORS: tuple[type[Exception], ...] = (RuntimeError, ValueError, OSError, EOFError)
 
 # libsndfile's frame count for a stream whose header leaves the length open (e.g. a FLAC written
-# to a pipe, with total_samples = 0). It is "unknown", not "endless", so it must not trip the cap.
+# to a pipe, with total_samples = 0). It is "unknown", not "endless", so it must not trip a cap.
 _SF_COUNT_MAX = 2**63 - 1
 
-# Frames read per call: one call for any clip up to ~22 s at 48 kHz, and a bound on what a header
-# can make us allocate before the data has shown it exists.
-_BLOCK_FRAMES = 1 << 20
+# Bytes read per call. soundfile reads into a (frames, channels) scratch block, which is then
+# written into place in the output; bounding it in bytes (not frames) keeps a 255-channel header
+# from making the scratch block itself large.
+_BLOCK_BYTES = 4 << 20
+
+
+class SoundHeader(NamedTuple):
+    """What a header declares. ``frames`` is None when the header leaves the length open."""
+
+    frames: int | None
+    sample_rate: int
+    channels: int
 
 
 def describe_soundfile_error(exc: BaseException) -> str:
@@ -35,71 +47,82 @@ def describe_soundfile_error(exc: BaseException) -> str:
     return str(reason) if reason else str(exc)
 
 
-def header_duration_s(data: bytes) -> float | None:
-    """The duration the header declares, or None if soundfile cannot read it or it is open-ended.
+def read_header(data: bytes) -> SoundHeader | None:
+    """The header's declared shape, or None if soundfile cannot read it.
 
     Opening a ``SoundFile`` parses the header only (no samples are decoded), so this is cheap
     enough to run when a ref is built.
     """
     try:
         with sf.SoundFile(io.BytesIO(data)) as sound_file:
-            frames: int = sound_file.frames
-            sample_rate: int = sound_file.samplerate
+            return _header(sound_file)
     except SOUNDFILE_ERRORS:
         return None
-    if frames >= _SF_COUNT_MAX or sample_rate <= 0:
-        return None
-    return frames / sample_rate
+
+
+def _header(sound_file: sf.SoundFile) -> SoundHeader:
+    frames: int = sound_file.frames
+    return SoundHeader(
+        frames if 0 <= frames < _SF_COUNT_MAX else None,
+        sound_file.samplerate,
+        sound_file.channels,
+    )
+
+
+def check_header(data: bytes, limits: AudioLimits) -> None:
+    """Refuse, with ``MediaTooLargeError``, a clip whose header declares more than the caps allow.
+
+    Headers soundfile cannot read (or that declare no length) are left to decode time.
+    """
+    header = read_header(data)
+    if header is None or header.frames is None:
+        return
+    try:
+        check_stream_shape(header.sample_rate, header.channels)
+    except ValueError:
+        return  # not a shape audio can have: decode time reports it
+    limits.check_declared(header.frames, header.sample_rate, header.channels)
 
 
 def decode_with_soundfile(
-    data: bytes, max_duration_s: float | None
+    data: bytes, limits: AudioLimits, charge: DecodeCharge | None = None
 ) -> tuple[npt.NDArray[np.float32], float]:
     """Decode ``data`` to float32 samples at the native rate: (n,) for mono, (channels, n) else.
 
-    Raises ``MediaTooLargeError`` once more than ``max_duration_s`` has been read, whatever the
-    header said, and one of :data:`SOUNDFILE_ERRORS` if soundfile cannot decode the bytes.
+    Raises ``MediaTooLargeError`` when the header declares, or the decode reaches, more than the
+    caps allow (the header is not trusted to bound the work), and one of
+    :data:`SOUNDFILE_ERRORS` if soundfile cannot decode the bytes.
     """
     with sf.SoundFile(io.BytesIO(data)) as sound_file:
-        sample_rate = float(sound_file.samplerate)
-        channels = sound_file.channels
-        blocks = _read_blocks(sound_file, max_duration_s)
-    if not blocks:
-        empty = np.zeros((channels, 0) if channels > 1 else (0,), dtype=np.float32)
-        return empty, sample_rate
-    frames = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
-    if channels == 1:
-        return frames[:, 0], sample_rate  # (n, 1) -> (n,): a contiguous view, no copy
-    # soundfile yields (frames, channels); the convention is (channels, frames), contiguous per
-    # channel since resamplers and feature extractors walk one channel at a time.
-    return np.ascontiguousarray(frames.T), sample_rate
-
-
-def _read_blocks(
-    sound_file: sf.SoundFile, max_duration_s: float | None
-) -> list[npt.NDArray[np.float32]]:
-    cap = max_frames(max_duration_s, sound_file.samplerate)
-    declared = sound_file.frames
-    block = min(declared, _BLOCK_FRAMES) if 0 < declared < _SF_COUNT_MAX else _BLOCK_FRAMES
-    blocks: list[npt.NDArray[np.float32]] = []
-    total = 0
-    while True:
-        # Never ask for more than one frame past the cap: that frame is the proof of excess, and
-        # the header's frame count is not trusted to bound the work.
-        wanted = block if cap is None else min(block, cap + 1 - total)
-        chunk = sound_file.read(wanted, dtype="float32", always_2d=True)
-        if len(chunk) == 0:
-            return blocks
-        blocks.append(chunk)
-        total += len(chunk)
-        if cap is not None and total > cap:
-            assert max_duration_s is not None
-            raise duration_exceeded(max_duration_s, total / sound_file.samplerate, decoded=True)
+        header = _header(sound_file)
+        pcm = PcmBuffer(
+            header.channels,
+            header.sample_rate,
+            limits,
+            expected_frames=header.frames,
+            charge=charge,
+        )
+        block_frames = max(1, _BLOCK_BYTES // (header.channels * PCM_SAMPLE_BYTES))
+        block = np.empty((block_frames, header.channels), dtype=np.float32)
+        while True:
+            wanted = block_frames
+            room = pcm.room()
+            if room is not None:
+                # Never ask for more than one frame past the caps: that frame is the proof of
+                # excess, and PcmBuffer refuses the block that carries it.
+                wanted = min(wanted, room + 1)
+            chunk = sound_file.read(wanted, dtype="float32", always_2d=True, out=block[:wanted])
+            if len(chunk) == 0:
+                break
+            pcm.append_interleaved(chunk)
+    return pcm.result(), float(header.sample_rate)
 
 
 __all__ = [
     "SOUNDFILE_ERRORS",
+    "SoundHeader",
+    "check_header",
     "decode_with_soundfile",
     "describe_soundfile_error",
-    "header_duration_s",
+    "read_header",
 ]

@@ -1,18 +1,33 @@
-"""Reading an image's header without its pixels: identify, size-check, find its EXIF ImageID.
+"""Reading an image's header without its pixels: the accepted formats, the caps, the EXIF ImageID.
 
-Pillow's ``Image.open`` is lazy (it parses the header and leaves the pixels), but it also runs
-Pillow's own decompression-bomb check against the process-wide ``Image.MAX_IMAGE_PIXELS``: a
-warning above that many pixels, ``DecompressionBombError`` above twice as many. Our policy is
-``VLLM_MAX_IMAGE_PIXELS`` (0 disables it), and it must be the check that fires. Changing the global
-per call would race with every other thread using Pillow, so :func:`open_image_header` runs the
-registered format plugins itself, exactly as ``Image.open`` does minus that final check, and
-applies our cap to the header's size before anything is decoded.
+**Accepted formats.** Only formats whose Pillow ``open()`` reads a header and nothing more, and
+whose ``load()`` allocates exactly the size that header declared (so the pixel cap checked on the
+header bounds the allocation), are identified at all: :data:`ACCEPTED_FORMATS`. Pillow's other
+plugins are never run on client bytes. Each refused one fails a check: ICO, CUR, ICNS and DCX
+decode an embedded image while opening (an ICO declaring 16x16 can hold a 13000x13000 PNG); TIFF
+unpacks whole tag arrays while opening (a 64 MB file's StripOffsets became 2 GB of Python ints
+and minutes of CPU) and its tiles need not match its size; EPS runs Ghostscript; WMF, BUFR, GRIB
+and HDF5 are stubs; PSD reads its layers, FLI/MPEG are movies, and AVIF/JPEG 2000 hand the bytes
+to codecs whose allocations follow the bitstream, not the header Pillow reports. A refused format
+is the client's fault: :class:`~mediaref.exceptions.VLLMUnprocessableEntityError` (HTTP 422),
+raised at fetch time when the magic bytes name it, so the client hears it before any decode.
 
-A few plugins still consult the global from inside themselves. WebP does so while opening (its
-decoder reserves the canvas then), so a WebP canvas size is read from the first 30 bytes and
-checked before Pillow sees the file. The others (GIF frames larger than their screen, MPO, TIFF
-at load time) are rare; at the header their refusal means the image cannot be decoded in this
-process whatever our cap says, so it surfaces as :class:`MediaTooLargeError` too, at fetch time.
+**Caps.** Pillow's ``Image.open`` also runs its own decompression-bomb check against the
+process-wide ``Image.MAX_IMAGE_PIXELS``. Our policy is ``VLLM_MAX_IMAGE_PIXELS`` (0 disables it),
+and it must be the check that fires; changing the global per call would race with every other
+thread using Pillow, so :func:`open_image_header` runs the accepted plugins itself, as
+``Image.open`` does minus that final check. A few plugins still consult the global from inside:
+WebP while opening (its canvas size is read from the first 30 bytes and checked before Pillow
+sees the file) and GIF when a frame is larger than the screen it declares (Pillow then grows the
+image to hold it). Their refusal means the image cannot be decoded in this process whatever our
+cap says, so it surfaces as :class:`~mediaref.exceptions.MediaTooLargeError` too.
+
+**Work caps.** A JPEG makes libjpeg pass over the whole image once per scan; a crafted
+progressive file with thousands of scans costs minutes of CPU from a few hundred kilobytes, so
+more than :data:`MAX_JPEG_SCANS` is refused (422), like a refused format. Pillow's JPEG, PNG and
+GIF parsers loop in Python over segments, chunks and blocks that can be a few bytes each; a file
+packed with empty ones took tens of seconds to open, so more than :data:`MAX_HEADER_SEGMENTS`
+is refused too, before any parser (ours or Pillow's) walks them.
 """
 
 from __future__ import annotations
@@ -23,13 +38,45 @@ import struct
 from PIL import ExifTags, Image, ImageFile, PngImagePlugin, UnidentifiedImageError
 
 from mediaref import envs
-from mediaref.exceptions import MediaTooLargeError
+from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
+from mediaref.media._image_containers import (
+    WEBP_HEADER_BYTES,
+    ContainerHeader,
+    header_segments,
+    jpeg_scan_count,
+    png_without_compressed_text,
+    webp_canvas_size,
+)
+
+ACCEPTED_FORMATS: tuple[str, ...] = ("JPEG", "PNG", "GIF", "WEBP", "BMP")
+"""Pillow plugins run on client bytes. The JPEG plugin also yields MPO (a JPEG with more pictures
+appended, as phones write them); only its first picture, a plain JPEG, is decoded."""
+
+MAX_JPEG_SCANS = 500
+"""More start-of-scan markers than any encoder writes (libjpeg's progressive script has 10);
+libjpeg-turbo suggests a limit of this order against progressive-scan exploits."""
+
+MAX_HEADER_SEGMENTS = {"JPEG": 4096, "PNG": 65536, "GIF": 65536}
+"""The units Pillow's parsers loop over in Python (see ``header_segments``): JPEG segments
+before the first scan (a photo has a few dozen), PNG chunks (8 KB pixel chunks would make 64K of
+them a 512 MB file), GIF blocks before the first image (16 MB of comment)."""
 
 # Plugins signal "not my format" with these (Image.open skips to the next plugin on them).
 _NOT_THIS_FORMAT = (SyntaxError, IndexError, TypeError, struct.error)
 _PREFIX_BYTES = 16  # what Image.open hands the plugins' accept() functions
-_EXIF_IMAGE_UNIQUE_ID = 0xA420
-_WEBP_HEADER_BYTES = 30  # RIFF header, first chunk header, and that chunk's size fields
+_JPEG_FORMATS = frozenset({"JPEG", "MPO"})
+
+PAYLOAD_ERRORS: tuple[type[Exception], ...] = (
+    OSError,  # Pillow's decoders: "image file is truncated", "broken data stream"...
+    SyntaxError,  # "broken PNG file", "not a GIF file"
+    ValueError,
+    EOFError,
+    IndexError,
+    KeyError,
+    struct.error,
+)
+"""What Pillow raises for bytes it cannot read: the payload's fault. Anything else (MemoryError,
+TypeError, RuntimeError) is not mapped here: it is the server's, and propagates as itself."""
 
 
 class ImageHeader:
@@ -47,74 +94,124 @@ class ImageHeader:
 
 
 def open_image_header(data: bytes) -> ImageHeader:
-    """Identify ``data``, parse its header and enforce ``VLLM_MAX_IMAGE_PIXELS``. Reads no pixels.
+    """Identify ``data`` among :data:`ACCEPTED_FORMATS`, parse its header, apply the caps.
 
-    Raises :class:`MediaTooLargeError` for too many pixels, and whatever the plugins raise for a
-    header they cannot read.
+    Reads no pixels. Raises :class:`MediaTooLargeError` over a cap,
+    :class:`VLLMUnprocessableEntityError` for a refused format or too many JPEG scans, and
+    whatever the plugins raise for a header they cannot read.
     """
-    webp_size = _webp_canvas_size(data[:_WEBP_HEADER_BYTES])
+    webp_size = webp_canvas_size(data[:WEBP_HEADER_BYTES])
     if webp_size is not None:
         check_pixel_limit(webp_size)
-    source = io.BytesIO(data)
+    check_header_segments(data)
+    source = io.BytesIO(png_without_compressed_text(data))
     try:
         image = _identify(source, len(data))
         check_pixel_limit(image.size)
+        if image.format in _JPEG_FORMATS:
+            check_jpeg_scans(jpeg_scan_count(data))
     except Image.DecompressionBombError as exc:
         source.close()
-        raise MediaTooLargeError(
-            f"image exceeds Pillow's process-wide Image.MAX_IMAGE_PIXELS limit: {exc}"
-        ) from exc
+        raise pillow_refusal(exc) from exc
     except BaseException:
         source.close()
         raise
     return ImageHeader(image, source)
 
 
+def check_container_header(header: ContainerHeader) -> None:
+    """The caps :func:`open_image_header` applies, on a header read from the container bytes."""
+    check_pixel_limit(header.size)
+    if header.format == "WEBP":
+        check_pillow_refusal(header.size)  # Pillow's WebP plugin refuses these inside its open
+    elif header.format == "JPEG":
+        check_jpeg_scans(header.jpeg_scans)
+
+
 def _identify(source: io.BytesIO, size: int) -> ImageFile.ImageFile:
     prefix = source.read(_PREFIX_BYTES)
-    tried: set[str] = set()
+    Image.init()  # registers every plugin, as Image.open would; only the accepted ones run
     hints: list[str] = []
-    # Like Image.open: the common plugins first, then every plugin if none of those matched.
-    for load_plugins in (Image.preinit, Image.init):
-        load_plugins()
-        for format_id in list(Image.ID):
-            if format_id in tried:
+    for format_id in ACCEPTED_FORMATS:
+        if format_id not in Image.OPEN:  # built without it (WebP needs libwebp)
+            continue
+        factory, accept = Image.OPEN[format_id]
+        try:
+            verdict = accept(prefix) if accept is not None else True
+            if isinstance(verdict, str):  # "... because WEBP support not installed"
+                hints.append(verdict)
                 continue
-            tried.add(format_id)
-            factory, accept = Image.OPEN[format_id]
-            try:
-                verdict = accept(prefix) if accept else True
-                if isinstance(verdict, str):  # e.g. "... because AVIF support not installed"
-                    hints.append(verdict)
-                    continue
-                if not verdict:
-                    continue
-                source.seek(0)
-                return factory(source, "")
-            except _NOT_THIS_FORMAT:
-                # Loose accept() checks let garbage reach several plugins; their complaints
-                # would only mislead, so the message names the bytes instead.
+            if not verdict:
                 continue
+            source.seek(0)
+            return factory(source, "")
+        except _NOT_THIS_FORMAT:
+            # Loose accept() checks let garbage reach several plugins; their complaints would
+            # only mislead, so the message names the bytes instead.
+            continue
+    refused = _recognise_refused(prefix, hints)
+    if refused is not None:
+        raise unsupported_format_error(refused)
     detail = f" ({'; '.join(hints)})" if hints else ""
     raise UnidentifiedImageError(
         f"cannot identify an image format in {size} bytes starting with {prefix!r}{detail}"
     )
 
 
-def _webp_canvas_size(head: bytes) -> tuple[int, int] | None:
-    """The canvas size a WebP file declares in its first chunk's header, or None if not WebP."""
-    if len(head) < _WEBP_HEADER_BYTES or head[:4] != b"RIFF" or head[8:12] != b"WEBP":
-        return None
-    chunk = head[12:16]
-    if chunk == b"VP8X":  # extended: 24-bit canvas width-1, height-1
-        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
-    if chunk == b"VP8L" and head[20] == 0x2F:  # lossless: 14-bit width-1, height-1
-        bits = int.from_bytes(head[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    if chunk == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":  # lossy key frame: 14-bit sizes
-        width, height = struct.unpack("<HH", head[26:30])
-        return width & 0x3FFF, height & 0x3FFF
+def _recognise_refused(prefix: bytes, hints: list[str]) -> str | None:
+    """The refused format whose magic ``prefix`` carries, if one says so; Pillow's hints to ``hints``.
+
+    Only ``accept()`` runs (a look at the prefix); a plugin without one claims nothing.
+    """
+    for format_id, (_, accept) in Image.OPEN.items():
+        if format_id in ACCEPTED_FORMATS or accept is None:
+            continue
+        try:
+            verdict = accept(prefix)
+        except Exception:  # noqa: BLE001, S112 - a prefix check that trips on garbage claims nothing
+            continue
+        if isinstance(verdict, str):  # e.g. "... because AVIF support not installed"
+            hints.append(verdict)
+        elif verdict:
+            return format_id
     return None
+
+
+def unsupported_format_error(format_id: str) -> VLLMUnprocessableEntityError:
+    return VLLMUnprocessableEntityError(
+        f"image format {format_id} is not accepted (accepted: {', '.join(ACCEPTED_FORMATS)})",
+        modality="image",
+    )
+
+
+def check_header_segments(data: bytes) -> None:
+    """Refuse (422) a file packed with more header units than Pillow should loop over."""
+    counted = header_segments(data, MAX_HEADER_SEGMENTS)
+    if counted is None:
+        return
+    format_id, segments = counted
+    limit = MAX_HEADER_SEGMENTS[format_id]
+    if segments > limit:
+        raise VLLMUnprocessableEntityError(
+            f"{format_id} with more than {limit} header segments is refused: parsing each costs "
+            "CPU, and no encoder writes that many",
+            modality="image",
+        )
+
+
+def check_jpeg_scans(scans: int) -> None:
+    if scans > MAX_JPEG_SCANS:
+        raise VLLMUnprocessableEntityError(
+            f"JPEG with {scans} scans is refused: decoding makes a pass over the image for each "
+            f"scan, and no encoder writes more than {MAX_JPEG_SCANS}",
+            modality="image",
+        )
+
+
+def pillow_refusal(exc: Image.DecompressionBombError) -> MediaTooLargeError:
+    return MediaTooLargeError(
+        f"image exceeds Pillow's process-wide Image.MAX_IMAGE_PIXELS limit: {exc}"
+    )
 
 
 def check_pillow_refusal(size: tuple[int, int]) -> None:
@@ -129,9 +226,7 @@ def check_pillow_refusal(size: tuple[int, int]) -> None:
         refusal = Image.DecompressionBombError(
             f"Image size ({width * height} pixels) exceeds limit of {2 * pillow_limit} pixels"
         )
-        raise MediaTooLargeError(
-            f"image exceeds Pillow's process-wide Image.MAX_IMAGE_PIXELS limit: {refusal}"
-        ) from refusal
+        raise pillow_refusal(refusal) from refusal
 
 
 def check_pixel_limit(size: tuple[int, int]) -> None:
@@ -146,7 +241,7 @@ def check_pixel_limit(size: tuple[int, int]) -> None:
 
 
 def read_exif_image_id(image: ImageFile.ImageFile) -> bytes | None:
-    """The EXIF ImageUniqueID (tag 0xA420) if the header carries a usable one, else None.
+    """The EXIF ImageID (tag 0x800D in IFD0) of a header-parsed image, if it has a usable one.
 
     Never rasterizes: a PNG whose header had no eXIf chunk is not probed, because
     ``PngImageFile.getexif()`` then loads the whole image looking for one after the pixel data.
@@ -155,95 +250,59 @@ def read_exif_image_id(image: ImageFile.ImageFile) -> bytes | None:
         return None
     try:
         return _image_id_from_exif(image.getexif())
+    except MemoryError:
+        raise
     except Exception:  # noqa: BLE001
         # A damaged EXIF block costs only the shared key: the image keys off its bytes, and
         # decode decides whether the pixels are readable.
         return None
 
 
-def webp_header(data: bytes) -> tuple[tuple[int, int], bytes | None] | None:
-    """A WebP's canvas size and EXIF ImageID from its RIFF chunk headers, or None if not WebP.
+def image_id_from_exif_block(block: bytes) -> bytes | None:
+    """The EXIF ImageID in an EXIF block (with or without its ``Exif\\0\\0`` prefix), if usable.
 
-    Opening a WebP with Pillow sets up the whole animation decoder (it reserves the canvas), which
-    costs milliseconds; the RIFF container says everything the key needs without that.
+    Parsing reads IFD0's entries and the data they point to (Pillow bounds that by the block's
+    size) and unpacks only the one tag.
     """
-    size = _webp_canvas_size(data[:_WEBP_HEADER_BYTES])
-    if size is None:
+    exif = Image.Exif()
+    try:
+        exif.load(block)
+        return _image_id_from_exif(exif)
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - as in read_exif_image_id
         return None
-    offset, end = 12, min(len(data), 8 + int.from_bytes(data[4:8], "little"))
-    while offset + 8 <= end:
-        fourcc = data[offset : offset + 4]
-        length = int.from_bytes(data[offset + 4 : offset + 8], "little")
-        if fourcc == b"EXIF":
-            exif = Image.Exif()
-            try:
-                exif.load(data[offset + 8 : offset + 8 + length])
-                return size, _image_id_from_exif(exif)
-            except Exception:  # noqa: BLE001 - as in read_exif_image_id
-                return size, None
-        offset += 8 + length + (length & 1)  # chunks are padded to an even length
-    return size, None
-
-
-_JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # not DHT, JPG, DAC
-_JPEG_STANDALONE_MARKERS = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length field
-
-
-def jpeg_header(data: bytes) -> tuple[tuple[int, int], bytes | None] | None:
-    """A JPEG's size and EXIF ImageID from its marker segments, or None if they do not parse.
-
-    Pillow's JPEG open parses every table before the scan (quantization, Huffman), which costs
-    more than the key's sha256 of a small photo; the size and the EXIF block are all a key needs.
-    None sends the caller to the full header parse, which decides what a malformed file means.
-    """
-    if data[:2] != b"\xff\xd8":
-        return None
-    offset, end = 2, len(data)
-    image_id: bytes | None = None
-    while offset + 4 <= end:
-        if data[offset] != 0xFF:
-            return None
-        marker = data[offset + 1]
-        if marker == 0xFF:  # fill byte before a marker
-            offset += 1
-            continue
-        if marker in _JPEG_STANDALONE_MARKERS:
-            offset += 2
-            continue
-        length = int.from_bytes(data[offset + 2 : offset + 4], "big")
-        segment = data[offset + 4 : offset + 2 + length]
-        if length < 2 or len(segment) != length - 2:
-            return None
-        if marker == 0xE1 and segment[:6] == b"Exif\x00\x00" and image_id is None:
-            exif = Image.Exif()
-            try:
-                exif.load(segment)
-                image_id = _image_id_from_exif(exif)
-            except Exception:  # noqa: BLE001 - as in read_exif_image_id
-                image_id = None
-        elif marker in _JPEG_SOF_MARKERS:
-            if len(segment) < 5:
-                return None
-            height = int.from_bytes(segment[1:3], "big")
-            width = int.from_bytes(segment[3:5], "big")
-            return ((width, height), image_id) if width and height else None
-        elif marker == 0xDA:  # start of scan before any frame header
-            return None
-        offset += 2 + length
-    return None
 
 
 def _image_id_from_exif(exif: Image.Exif) -> bytes | None:
-    value = exif.get_ifd(ExifTags.IFD.Exif).get(_EXIF_IMAGE_UNIQUE_ID)
-    if value is None:  # the standard puts it in the Exif IFD; some writers use IFD0
-        value = exif.get(_EXIF_IMAGE_UNIQUE_ID)
+    # IFD0's ImageID (0x800D), where vLLM's hasher reads it; never the Exif IFD's ImageUniqueID.
+    value = exif.get(ExifTags.Base.ImageID)
     if isinstance(value, str):
         value = value.encode("utf-8", "surrogateescape")
     if not isinstance(value, bytes):
         return None
     value = value.strip(b"\x00 \t\r\n")
-    # Some cameras write an all-zero placeholder; keying off it would make unrelated photos
+    # Some writers leave an all-zero placeholder; keying off it would make unrelated images
     # share a cache entry.
     if not value.strip(b"0"):
         return None
     return value
+
+
+__all__ = [
+    "ACCEPTED_FORMATS",
+    "MAX_HEADER_SEGMENTS",
+    "MAX_JPEG_SCANS",
+    "PAYLOAD_ERRORS",
+    "ImageHeader",
+    "check_container_header",
+    "check_header_segments",
+    "check_jpeg_scans",
+    "check_pillow_refusal",
+    "check_pixel_limit",
+    "image_id_from_exif_block",
+    "open_image_header",
+    "pillow_refusal",
+    "read_exif_image_id",
+    "unsupported_format_error",
+]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PIL import ExifTags, Image, ImageFile, ImageMode, ImageOps
+from PIL import ExifTags, Image, ImageFile, ImageMode
 
 # Modes whose pixels carry alpha; other modes carry it through info["transparency"].
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
@@ -10,9 +10,34 @@ _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 # closing the file does not release; an image of theirs is copied rather than handed out.
 _FORMATS_PINNING_PAYLOAD = frozenset({"WEBP", "AVIF"})
 # EXIF orientations 2-8 need a transpose; 1 is upright and other values are invalid.
-_TRANSPOSED_ORIENTATIONS = range(2, 9)
+_TRANSPOSE_FOR_ORIENTATION = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+# Where a decoded image keeps metadata that can carry an orientation (EXIF, and XMP's
+# tiff:Orientation, which Pillow's getexif() also honours).
+_ORIENTATION_METADATA = ("exif", "Raw profile type exif", "xmp", "XML:com.adobe.xmp")
+# Pillow keeps at most 4 bytes a pixel and a pointer per row.
+_BYTES_PER_PIXEL = 4
+_BYTES_PER_ROW = 8
 
 BackgroundColor = tuple[int, int, int]
+
+
+def decoded_image_bytes(size: tuple[int, int]) -> int:
+    """What rasterizing an image of ``size`` allocates, for the request's decoded-bytes budget.
+
+    4 bytes a pixel, as vLLM charges, plus Pillow's pointer per row, counted for the longer
+    side (an EXIF rotation turns columns into rows): an image one pixel wide and 90 million
+    tall takes 12 bytes a pixel, not 4.
+    """
+    width, height = size
+    return _BYTES_PER_PIXEL * width * height + _BYTES_PER_ROW * max(width, height)
 
 
 def decode_first_frame(
@@ -32,13 +57,17 @@ def decode_first_frame(
 
 
 def _apply_exif_orientation(image: Image.Image) -> Image.Image:
-    orientation = image.getexif().get(ExifTags.Base.Orientation, 1)
-    if orientation not in _TRANSPOSED_ORIENTATIONS:
-        # exif_transpose would hand back a full copy even when there is nothing to do.
+    method = _TRANSPOSE_FOR_ORIENTATION.get(image.getexif().get(ExifTags.Base.Orientation, 1))
+    if method is None:
         return image
-    # exif_transpose also drops the orientation tag from the result's EXIF, so a consumer that
-    # honours EXIF does not rotate the pixels a second time.
-    return ImageOps.exif_transpose(image)
+    upright = image.transpose(method)
+    # The turned image must not say "turn me" again to a consumer that honours EXIF. Pillow's
+    # exif_transpose re-serializes the whole EXIF block to drop the one tag, unpacking every
+    # tag of it: a crafted multi-megabyte eXIf chunk becomes gigabytes of Python objects. The
+    # metadata is dropped instead; the pixels are what the model sees.
+    for key in _ORIENTATION_METADATA:
+        upright.info.pop(key, None)
+    return upright
 
 
 def has_alpha_band(mode: str) -> bool:

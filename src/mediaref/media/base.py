@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,7 +17,8 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import pybase64
 
-from mediaref.exceptions import MediaTooLargeError
+from mediaref.exceptions import MediaClientError, MediaTooLargeError
+from mediaref.media._shared_decode import SharedDecode
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")
@@ -119,50 +119,6 @@ def _derive_mapped_key(parent_key: bytes, spec: DecodeSpec) -> bytes:
     return _digest_chunks(b"map", parent_key, spec.canonical_bytes())
 
 
-class _SharedDecode(Generic[_T]):
-    """One memoized decode of one payload, shared by a ref and its forks.
-
-    The lock makes concurrent callers run the decoder exactly once. After it has run, the closure
-    is dropped (it may pin a header-opened image whose file object holds a second copy of the
-    bytes); the outcome, value or exception, is kept and handed to every caller.
-    """
-
-    __slots__ = ("data", "_decoder", "_lock", "_done", "_value", "_error")
-
-    def __init__(self, data: bytes, decoder: Callable[[], _T]) -> None:
-        self.data = data
-        self._decoder: Callable[[], _T] | None = decoder
-        self._lock = threading.Lock()
-        self._done = False
-        self._value: _T | None = None
-        self._error: BaseException | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        return self._done and self._error is None
-
-    def run(self) -> _T:
-        if not self._done:
-            with self._lock:
-                if not self._done:
-                    decoder = self._decoder
-                    assert decoder is not None
-                    try:
-                        self._value = decoder()
-                    except BaseException as exc:  # the same failure for every caller
-                        self._error = exc
-                    self._decoder = None
-                    self._done = True
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
-
-    def wait_idle(self) -> None:
-        """Return once no decode is running (the decode holds the lock while it runs)."""
-        with self._lock:
-            pass
-
-
 class MediaRef(Generic[_T]):
     """Fetched media as an encoded payload, its cache ``key``, and a deferred, memoized decode.
 
@@ -170,7 +126,7 @@ class MediaRef(Generic[_T]):
     logging it, handing it to numpy or testing membership never decodes. Say :meth:`decode`.
     """
 
-    __slots__ = ("_key", "_spec", "_shared", "_value", "_decoded", "__weakref__")
+    __slots__ = ("__weakref__", "_decoded", "_key", "_shared", "_spec", "_value")
 
     def __init__(
         self,
@@ -182,7 +138,7 @@ class MediaRef(Generic[_T]):
     ) -> None:
         self._spec = spec
         self._key = derive_media_key(data, spec) if key is None else key
-        self._shared: _SharedDecode[_T] | None = _SharedDecode(data, decoder)
+        self._shared: SharedDecode[_T] | None = SharedDecode(data, decoder)
         self._value: _T | None = None
         self._decoded = False
 
@@ -218,7 +174,12 @@ class MediaRef(Generic[_T]):
         return self._shared is None
 
     def decode(self) -> _T:
-        """The decoded media, decoding on first use. Decoder exceptions propagate unchanged."""
+        """The decoded media, decoding on first use. Decoder exceptions propagate unchanged.
+
+        A failure is remembered only when it is a verdict on the payload (a ``ValueError`` that is
+        not a :class:`~mediaref.exceptions.MediaTooLargeError`); after any other failure (a cap,
+        ``MemoryError``, an interrupt...) the next call decodes again.
+        """
         if self._decoded:
             return self._value  # type: ignore[return-value]
         shared = self._shared
@@ -257,18 +218,23 @@ class MediaRef(Generic[_T]):
         return twin
 
     def release(self) -> None:
-        """Drop this ref's hold on the payload and decode closure, after any in-flight decode.
+        """Drop this ref's hold on the payload and decode closure at once; never waits.
 
-        Decoded media stays readable. An undecoded ref raises ``RuntimeError`` from ``decode()``
-        afterwards. Forks, mapped refs and parents hold the payload independently.
+        Decoded media stays readable, including media a decode already running (a fork's, on
+        another thread) produces after this returns: that decode hands its value to this ref when
+        it succeeds. Otherwise an undecoded ref raises ``RuntimeError`` from ``decode()``
+        afterwards. Forks, mapped refs and parents hold the payload independently, and a decode
+        in flight keeps the bytes it reads alive by itself.
         """
         shared = self._shared
         if shared is None:
             return
-        shared.wait_idle()
-        if not self._decoded and shared.succeeded:
-            self._value, self._decoded = shared.run(), True
         self._shared = None
+        if not self._decoded:
+            shared.notify_when_done(self._adopt)
+
+    def _adopt(self, value: _T) -> None:
+        self._value, self._decoded = value, True
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickling materializes: the closure and the lock cannot cross a process boundary.
@@ -303,7 +269,7 @@ class MediaIO(ABC, Generic[_T]):
     def load_bytes(self, data: bytes) -> _T: ...
 
     def load_base64(self, media_type: str, data: str) -> _T:
-        return self.load_bytes(pybase64.b64decode(data, validate=True))
+        return self.load_bytes(self._b64decode(data))
 
     def load_file(self, filepath: Path | str) -> _T:
         return self.load_bytes(Path(filepath).read_bytes())
@@ -328,7 +294,21 @@ class MediaIO(ABC, Generic[_T]):
         return MediaRef(data, lambda: self.load_bytes(data), self.get_decode_spec())
 
     def load_base64_ref(self, media_type: str, data: str) -> MediaRef[_T]:
-        return self.load_bytes_ref(pybase64.b64decode(data, validate=True))
+        return self.load_bytes_ref(self._b64decode(data))
+
+    def _b64decode(self, text: str) -> bytes:
+        """Strict base64 (no whitespace, exact padding) or :class:`MediaClientError` (HTTP 400).
+
+        The connector's ``data:`` URLs refuse the same text with the same error type and reason
+        ("invalid base64 payload"); a decoder taking base64 directly must not let ``binascii``'s
+        error escape unmapped.
+        """
+        try:
+            return pybase64.b64decode(text, validate=True)
+        except ValueError as exc:  # binascii.Error, or non-ASCII text
+            raise MediaClientError(
+                f"invalid base64 payload for {self.modality}: {exc}"
+            ) from exc
 
     def load_file_ref(self, filepath: Path | str) -> MediaRef[_T]:
         return self.load_bytes_ref(Path(filepath).read_bytes())

@@ -4,8 +4,14 @@ The connector owns URL scheme dispatch, the allowed domains and local path, the 
 the on-disk download cache, the redirect and address policy and error normalization. How bytes
 decode belongs to the caller-supplied :class:`~mediaref.media.base.MediaIO`: every ``fetch_*``
 takes one and returns its lazy :class:`~mediaref.media.base.MediaRef`, so the decode spec (and the
-cache identity) is the caller's. A connector serves one request; its per-request download budget
-(``VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB``) spans that request's http(s) downloads.
+cache identity) is the caller's.
+
+Sizes: every http(s) download is capped at ``VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB`` or the strictest
+decoder cap, whichever is smaller; ``data:`` and ``file:`` payloads at the decoder cap. A request's
+downloads together are held to its :class:`MediaRequestDownloadBudget`
+(``VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB``), which belongs to the request, not the connector:
+pass one as ``download_budget`` (the chat item tracker makes one per request). A connector built
+without one has no request-wide limit, so a long-lived connector never runs out.
 
 There is one implementation with two drivers. Planning (scheme dispatch and policy), reading a
 local payload, the download coroutine and building refs are shared; the synchronous driver runs
@@ -15,23 +21,34 @@ a key is linear in the payload.
 
 Errors are :mod:`mediaref.exceptions` types naming the URL and the reason: refused scheme, domain,
 address or path -> ``MediaNotAllowedError``; over a cap or the budget -> ``MediaTooLargeError``;
-404/410 or a missing file -> ``MediaNotFoundError``; another client fault -> ``MediaClientError``;
-timeouts -> ``MediaTimeoutError``; 5xx (after retries), 429 and dropped connections ->
-``MediaServerError``.
+404/410 or a missing file -> ``MediaNotFoundError``; another client fault (malformed URL or
+base64, a ``file:`` URL naming no regular file) -> ``MediaClientError``; timeouts ->
+``MediaTimeoutError``; 5xx (after retries), 429, dropped connections, malformed responses and
+this server running out of descriptors -> ``MediaServerError``. The table is
+``_transport/errors.py``. That holds for refs built from a ``video/jpeg`` data: URL too, whose
+base64 text goes to the decoders as is: whatever decoder it reaches, malformed base64 is a 400.
 """
 
 from __future__ import annotations
 
 import asyncio
+import binascii
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from mediaref import envs
-from mediaref.media._transport.budget import DownloadBudget
+from mediaref.media._transport.budget import (
+    MediaRequestDownloadBudget,
+    MediaRequestDownloadSizeExceededError,
+)
 from mediaref.media._transport.data_url import DataURL, parse_data_url
 from mediaref.media._transport.disk_cache import DiskCache
-from mediaref.media._transport.errors import RefusedError, transport_errors
+from mediaref.media._transport.errors import (
+    RefusedError,
+    map_transport_error,
+    transport_errors,
+)
 from mediaref.media._transport.http_client import MediaHTTPClient, default_http_client
 from mediaref.media._transport.http_download import DownloadRequest, download
 from mediaref.media._transport.local_file import LocalMediaRoot
@@ -62,19 +79,24 @@ def _scheme_of(url: str) -> str:
     return url[:colon].lower() if colon > 0 else ""
 
 
+def _smallest(*caps: int | None) -> int | None:
+    present = [cap for cap in caps if cap is not None]
+    return min(present) if present else None
+
+
 def _strictest_max_bytes(media_ios: Sequence[MediaIO[Any]]) -> int | None:
     """The smallest encoded-size cap among ``media_ios`` (None when none of them has one)."""
-    caps = [cap for cap in (io.get_max_bytes() for io in media_ios) if cap is not None]
-    return min(caps) if caps else None
+    return _smallest(*(io.get_max_bytes() for io in media_ios))
+
+
+def _download_max_bytes(decoder_max_bytes: int | None) -> int | None:
+    """A download's cap: ``VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB`` or the decoders', if smaller."""
+    return _smallest(envs.size_cap_bytes("VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB"), decoder_max_bytes)
 
 
 def _fetch_timeout_seconds(media_io: MediaIO[Any]) -> float:
     setting = _FETCH_TIMEOUT_SETTINGS.get(media_io.modality, "VLLM_IMAGE_FETCH_TIMEOUT")
     return float(getattr(envs, setting))
-
-
-def _request_budget_bytes() -> int | None:
-    return envs.size_cap_bytes("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB")
 
 
 def _disk_cache_from_env() -> DiskCache | None:
@@ -97,10 +119,20 @@ class _Payload:
 
     def build_refs(self, media_ios: Sequence[MediaIO[Any]]) -> list[MediaRef[Any]]:
         form = self.base64_form
-        if form is not None:
-            return [io.load_base64_ref(form.media_type, form.base64_text) for io in media_ios]
-        # One payload, one ref per decoder: the bytes are shared, not copied.
-        return [io.load_bytes_ref(self.data) for io in media_ios]
+        if form is None:
+            # One payload, one ref per decoder: the bytes are shared, not copied.
+            return [io.load_bytes_ref(self.data) for io in media_ios]
+        text = form.base64_text
+        refs: list[MediaRef[Any]] = []
+        for io in media_ios:
+            try:
+                refs.append(io.load_base64_ref(form.media_type, text))
+            except binascii.Error as exc:
+                # A decoder without a base64-frames form decodes the text at once; malformed
+                # base64 is then the client's, as for every other data: URL, whatever decoder
+                # (and wherever it runs) found it.
+                raise map_transport_error(exc, form.url) from exc
+        return refs
 
 
 # A planned load: an http(s) download, or a local read to run where blocking is acceptable.
@@ -119,7 +151,9 @@ class MediaConnector:
     process-wide one). ``allowed_local_media_path`` enables ``file:`` URLs under that directory.
     A non-empty ``allowed_media_domains`` restricts http(s) hosts, on every redirect hop.
     ``allow_private_ips`` (default ``VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS``, read per fetch) permits
-    loopback, private, link-local and other non-public addresses.
+    loopback, private, link-local and other non-public addresses. ``download_budget`` is the
+    request's :class:`MediaRequestDownloadBudget`, shared by its downloads (None: no request-wide
+    limit; each download still has its own cap).
     """
 
     def __init__(
@@ -129,6 +163,7 @@ class MediaConnector:
         allowed_local_media_path: str = "",
         allowed_media_domains: Sequence[str] | None = None,
         allow_private_ips: bool | None = None,
+        download_budget: MediaRequestDownloadBudget | None = None,
     ) -> None:
         self.connection = connection if connection is not None else default_http_client()
         self.allowed_local_media_path = allowed_local_media_path
@@ -137,7 +172,7 @@ class MediaConnector:
         self._local_root = (
             LocalMediaRoot(allowed_local_media_path) if allowed_local_media_path else None
         )
-        self._download_budget = DownloadBudget(_request_budget_bytes())
+        self.download_budget = download_budget
 
     # --- the shared core ------------------------------------------------------------------------
 
@@ -167,14 +202,14 @@ class MediaConnector:
                     url=parse_http_url(url),
                     policy=self._url_policy(),
                     allow_redirects=envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS,
-                    max_bytes=max_bytes,
+                    max_bytes=_download_max_bytes(max_bytes),
                     timeout_seconds=(
                         fetch_timeout
                         if fetch_timeout is not None
                         else _fetch_timeout_seconds(media_ios[0])
                     ),
                     retries=max(1, envs.VLLM_MEDIA_FETCH_MAX_RETRIES) - 1,
-                    budget=self._download_budget,
+                    budget=self.download_budget,
                     cache=_disk_cache_from_env(),
                 )
             raise RefusedError(
@@ -186,6 +221,7 @@ class MediaConnector:
         with transport_errors(url):
             parsed = parse_data_url(url)
             if parsed.media_type == _BASE64_FRAMES_MEDIA_TYPE:
+                parsed.check_size(max_bytes)  # the frames' decoded size, bounded without decoding
                 return _Payload(base64_form=parsed)
             # Decoded once here, however many decoders share the payload.
             return _Payload(parsed.decode(max_bytes))
@@ -201,7 +237,9 @@ class MediaConnector:
         """The synchronous driver."""
         plan = self._plan(url, media_ios, fetch_timeout)
         if isinstance(plan, DownloadRequest):
-            payload = _Payload(run_sync(download(self.connection, plan)))
+            # Starting the private loop can fail too (no descriptors left for its self-pipe).
+            with transport_errors(url):
+                payload = _Payload(run_sync(download(self.connection, plan)))
         else:
             payload = plan()
         return payload.build_refs(media_ios)
@@ -275,4 +313,9 @@ class MediaConnector:
         return video, audio
 
 
-__all__ = ["MEDIA_CONNECTOR_REGISTRY", "MediaConnector"]
+__all__ = [
+    "MEDIA_CONNECTOR_REGISTRY",
+    "MediaConnector",
+    "MediaRequestDownloadBudget",
+    "MediaRequestDownloadSizeExceededError",
+]

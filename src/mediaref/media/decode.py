@@ -4,25 +4,41 @@ Shared by the processor's two-phase apply and by any other caller that must mate
 The contract that keeps payloads safe: every submitted future is recorded in the caller's job list
 the moment it exists, and collection drains *every* future before it raises, so no caller releases
 bytes a worker thread may still be reading.
+
+Collection raises the first failure in request order, sorted once, here:
+
+- a ``ValueError`` (the payload will not decode) -> :class:`VLLMUnprocessableEntityError`, 422;
+- a :class:`MediaTooLargeError` (a cap: pixels, the request's decoded bytes, duration) -> a
+  :class:`MediaTooLargeError`, 413;
+
+both naming the modality and the item's index within it (through the caller's error factory).
+Anything else (``MemoryError``, ``TypeError``, ``OSError``, ``KeyboardInterrupt``...) is not the
+client's: it is logged with the item's position and propagates as itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from mediaref.exceptions import VLLMUnprocessableEntityError
+from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
 from mediaref.media.base import MediaRef
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 from mediaref.media.executor import get_media_executor
 
 _T = TypeVar("_T")
 
+logger = logging.getLogger(__name__)
+
 DecodeErrorFactory = Callable[[str, int, BaseException], BaseException]
-"""``(modality, index within the modality, decoder exception) -> the error to raise``."""
+"""``(modality, index within the modality, decoder exception) -> the error to raise``.
+
+Called only for the client's failures: a ``ValueError`` (a :class:`MediaTooLargeError` included).
+"""
 
 
 @dataclass(frozen=True)
@@ -36,12 +52,23 @@ class MediaDecodeJob:
 
 
 def unprocessable_media_error(modality: str, index: int, exc: BaseException) -> BaseException:
-    """The default error: HTTP 422 naming the modality and the item's index within it."""
+    """The default error: HTTP 422 (413 for a cap) naming the modality and the item's index."""
+    if isinstance(exc, MediaTooLargeError):
+        return MediaTooLargeError(
+            f"{modality} media at index {index} is too large to decode: {exc}",
+            modality=modality,
+            index=index,
+        )
     return VLLMUnprocessableEntityError(
         f"{modality} media at index {index} could not be decoded: {exc}",
         modality=modality,
         index=index,
     )
+
+
+def is_client_decode_error(exc: BaseException) -> bool:
+    """Whether a decoder's exception is the client's: the payload or a cap, never the server."""
+    return isinstance(exc, ValueError)
 
 
 def _decode_charging(ref: MediaRef[_T], budget: MediaDecodedBudget | None) -> _T:
@@ -73,10 +100,23 @@ def submit_media_decodes(
 
 
 def _raise_first_failure(jobs: list[MediaDecodeJob], error_factory: DecodeErrorFactory) -> None:
-    for job in jobs:  # request order, whatever order the workers finished in
-        exc = job.future.exception()
-        if exc is not None:
-            raise error_factory(job.modality, job.index, exc) from exc
+    failures = [(job, job.future.exception()) for job in jobs]  # every job is done by now
+    for job, exc in failures:
+        if isinstance(exc, Exception) and not is_client_decode_error(exc):
+            # Logged whether or not it is the one raised: only the first failure propagates.
+            # (An interrupt or exit is not a failure to report; it simply propagates.)
+            logger.error(
+                "decoding %s media at index %d failed on the server's side",
+                job.modality,
+                job.index,
+                exc_info=exc,
+            )
+    for job, exc in failures:  # request order, whatever order the workers finished in
+        if exc is None:
+            continue
+        if not is_client_decode_error(exc):
+            raise exc
+        raise error_factory(job.modality, job.index, exc) from exc
 
 
 async def await_drained(future: asyncio.Future[_T]) -> _T:
@@ -123,10 +163,11 @@ async def collect_media_decodes_async(
 
 __all__ = [
     "DecodeErrorFactory",
-    "await_drained",
     "MediaDecodeJob",
+    "await_drained",
     "collect_media_decodes",
     "collect_media_decodes_async",
+    "is_client_decode_error",
     "submit_media_decodes",
     "unprocessable_media_error",
 ]

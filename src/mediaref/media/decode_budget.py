@@ -15,7 +15,9 @@ Which budget a decode charges:
 3. else none is in scope (an offline ``decode()``): the item alone must fit within the limit.
 
 A refusal is :class:`~mediaref.exceptions.MediaTooLargeError` (HTTP 413). It depends on the
-request, not on the payload, so a memoized decode must not remember it.
+request, not on the payload, so a memoized decode does not remember it: the next request's decode
+of the same ref tries again under its own budget. A payload shared by two requests decodes once,
+charged to the request whose decode ran it; the other reads the memoized value for free.
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ class MediaDecodedBudget:
         """Hold up to ``max_bytes`` for a decode in flight; returns how many bytes are held.
 
         Holds less than asked when less is left and no other reservation could free more; raises
-        when nothing is left.
+        when nothing is left. A decode holding a reservation must settle it before it charges or
+        reserves this budget again: both wait for reservations to settle, its own included.
         """
         limit = self.limit_bytes
         if limit is None:

@@ -1,16 +1,36 @@
 """Image decoding with Pillow: the header at fetch time, the pixels at decode time.
 
-:meth:`ImageMediaIO.load_bytes_ref` parses the header eagerly. That is enough to enforce
-``VLLM_MAX_IMAGE_PIXELS`` before a single pixel is allocated (so a decompression bomb fails at
-fetch time with :class:`~mediaref.exceptions.MediaTooLargeError`) and to read an EXIF ImageID,
-which, when present, becomes the ref's key in place of a digest of the bytes. A header that will
-not parse is left for decode time, where it fails like any other corrupt image::
+:meth:`ImageMediaIO.load_bytes_ref` reads the header eagerly and never rasterizes. For JPEG, PNG
+and WebP it reads the container bytes itself; for GIF and BMP, Pillow's header parse. That is
+enough to refuse, at fetch time and before a single pixel is allocated:
 
-    ValueError("Failed to decode image: <reason>")
+- an oversized payload or more pixels than ``VLLM_MAX_IMAGE_PIXELS`` (a decompression bomb):
+  :class:`~mediaref.exceptions.MediaTooLargeError`, HTTP 413;
+- a format outside JPEG, PNG, GIF, WebP and BMP, a JPEG with more scans, or a file with more
+  header segments, than any encoder writes:
+  :class:`~mediaref.exceptions.VLLMUnprocessableEntityError`, HTTP 422, the status of any image
+  that will not decode (see ``_image_header`` for why each other format is refused).
 
-Decoding takes the first frame of animated formats, applies the EXIF orientation, then converts
+Bytes that no accepted format recognises are left for decode time, where they fail like any
+corrupt image, ``ValueError("Failed to decode image: <reason>")``, which the processor reports as
+a 422 naming the item. A failure that is not the payload's (``MemoryError``...) propagates as
+itself and a later decode tries again.
+
+**Keys and the EXIF ImageID.** A ref's key is a digest of its bytes, unless the image carries an
+EXIF ImageID (tag 0x800D in IFD0, as vLLM's hasher reads it) and the decoder trusts it: then the
+key is derived from that ID, so two encodings of one picture share a cache entry. This is the same
+trust model as client-supplied ``multi_modal_uuids``: whoever can send an image can choose its
+identity, and thereby what another client's image carrying the same ID is answered with. A
+multi-tenant deployment turns it off (``trust_exif_image_id=False``, or
+``MEDIAREF_TRUST_EXIF_IMAGE_ID=0``, read when each ref is built; the default, on, is vLLM's
+behaviour), and every image then keys off its bytes.
+
+**Decoding** takes the first frame of animated formats, applies the EXIF orientation, then converts
 to ``image_mode``, compositing transparency onto ``rgba_background_color`` when the target mode
-has no alpha band. Every one of those settings is in the decode spec, hence in the key.
+has no alpha band; every one of those settings is in the decode spec, hence in the key. Before it
+rasterizes, the decode charges what the raster takes (4 bytes a pixel and a pointer a row) to the
+request's decoded-bytes budget (``VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES``, see ``decode_budget``):
+``decoded_budget=`` when given, else the budget of the request whose decode is running.
 """
 
 from __future__ import annotations
@@ -23,18 +43,33 @@ import pybase64
 from PIL import Image, ImageMode
 
 from mediaref import envs
-from mediaref.exceptions import MediaTooLargeError
-from mediaref.media._image_header import (
-    ImageHeader,
-    check_pillow_refusal,
-    check_pixel_limit,
+from mediaref.exceptions import MediaRefError
+from mediaref.media._image_containers import (
+    WEBP_HEADER_BYTES,
     jpeg_header,
-    open_image_header,
-    read_exif_image_id,
+    png_header,
+    webp_canvas_size,
     webp_header,
 )
-from mediaref.media._image_pixels import BackgroundColor, convert_image_mode, decode_first_frame
+from mediaref.media._image_header import (
+    PAYLOAD_ERRORS,
+    ImageHeader,
+    check_container_header,
+    check_header_segments,
+    check_pixel_limit,
+    image_id_from_exif_block,
+    open_image_header,
+    pillow_refusal,
+    read_exif_image_id,
+)
+from mediaref.media._image_pixels import (
+    BackgroundColor,
+    convert_image_mode,
+    decode_first_frame,
+    decoded_image_bytes,
+)
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key
+from mediaref.media.decode_budget import MediaDecodedBudget, charge_decoded_bytes
 
 _EXIF_IMAGE_ID_KIND = "exif-image-id"
 
@@ -43,7 +78,10 @@ class ImageMediaIO(MediaIO[Image.Image]):
     """Decodes encoded images into ``PIL.Image.Image`` objects in ``image_mode``.
 
     ``rgba_background_color`` is what transparent pixels become when ``image_mode`` has no alpha
-    band: three ints in 0..255.
+    band: three ints in 0..255. ``trust_exif_image_id`` says whether an EXIF ImageID may stand
+    for the image in its key (None: ``MEDIAREF_TRUST_EXIF_IMAGE_ID`` when a ref is built).
+    ``decoded_budget`` (vLLM's argument) is the budget every decode charges, in place of the
+    running request's; it never changes the output, so it is not in the spec.
     """
 
     modality: ClassVar[str] = "image"
@@ -53,9 +91,15 @@ class ImageMediaIO(MediaIO[Image.Image]):
         image_mode: str = "RGB",
         *,
         rgba_background_color: Sequence[int] = (255, 255, 255),
+        trust_exif_image_id: bool | None = None,
+        decoded_budget: MediaDecodedBudget | None = None,
     ) -> None:
         self.image_mode = _validated_image_mode(image_mode)
         self.rgba_background_color = _validated_background_color(rgba_background_color)
+        if trust_exif_image_id is not None and not isinstance(trust_exif_image_id, bool):
+            raise ValueError(f"trust_exif_image_id must be a bool or None, got {trust_exif_image_id!r}")
+        self.trust_exif_image_id = trust_exif_image_id
+        self.decoded_budget = decoded_budget
         self._spec = DecodeSpec(
             modality=self.modality,
             decoder="pillow",
@@ -71,43 +115,61 @@ class ImageMediaIO(MediaIO[Image.Image]):
     def get_max_bytes(self) -> int | None:
         return envs.size_cap_bytes("MEDIAREF_MAX_IMAGE_FILESIZE_MB")
 
+    def trusts_exif_image_id(self) -> bool:
+        """This decoder's ``trust_exif_image_id``, or the setting when it was left to it."""
+        if self.trust_exif_image_id is not None:
+            return self.trust_exif_image_id
+        return bool(envs.MEDIAREF_TRUST_EXIF_IMAGE_ID)
+
     def load_bytes(self, data: bytes) -> Image.Image:
+        # libwebp reserves its canvas when Pillow opens a WebP, so a WebP is charged before
+        # the open, at the canvas size its RIFF header declares; other formats after it.
+        canvas = webp_canvas_size(data[:WEBP_HEADER_BYTES])
+        if canvas is not None:
+            check_pixel_limit(canvas)
+            self._charge(canvas)
         try:
             header = open_image_header(data)
-        except MediaTooLargeError:
-            raise
-        except Exception as exc:
+        except MediaRefError:
+            raise  # a cap or a refusal, already the client's error
+        except PAYLOAD_ERRORS as exc:
             raise _decode_failure(exc) from exc
-        return self._decode_header(header)
+        return self._decode_header(header, charged=canvas is not None)
 
     def load_bytes_ref(self, data: bytes) -> MediaRef[Image.Image]:
-        """A ref keyed by the EXIF ImageID when the header has one, else by the bytes.
+        """A ref keyed by a trusted EXIF ImageID when the header has one, else by the bytes.
 
-        Raises :class:`MediaTooLargeError` for an oversized payload or pixel count; nothing else
-        about the image fails here.
+        Raises :class:`MediaTooLargeError` over a cap and :class:`VLLMUnprocessableEntityError`
+        for a refused format; any other verdict on the payload waits for the decode.
         """
         self.check_encoded_size(len(data))
-        # WebP and JPEG say what a key needs in their container headers, more cheaply than a
-        # Pillow open; the pixels (and Pillow's own header parse) wait for the decode.
-        webp = webp_header(data)
-        container = webp or jpeg_header(data)
+        check_header_segments(data)  # bounds every header walk below, ours and Pillow's
+        want_exif = self.trusts_exif_image_id()
+        container = (
+            webp_header(data, want_exif=want_exif)
+            or jpeg_header(data, want_exif=want_exif)
+            or png_header(data, want_exif=want_exif)
+        )
+        image_id: bytes | None = None
         if container is not None:
-            size, image_id = container
-            check_pixel_limit(size)
-            if webp is not None:
-                check_pillow_refusal(size)  # Pillow's WebP plugin refuses these inside its open
-            return MediaRef(data, lambda: self.load_bytes(data), self._spec, key=self._key_for(image_id))
-        try:
-            header = open_image_header(data)
-        except MediaTooLargeError:
-            raise
-        except Exception:  # noqa: BLE001
-            # Left for decode time, where this failure surfaces with the other decode failures.
-            return MediaRef(data, lambda: self.load_bytes(data), self._spec)
-        key = self._key_for(read_exif_image_id(header.image))
-        # The closure holds only the header (and, through it, a view of the payload); MediaRef
-        # drops it after the decode or on release.
-        return MediaRef(data, lambda: self._decode_header(header), self._spec, key=key)
+            check_container_header(container)
+            if container.exif is not None:
+                image_id = image_id_from_exif_block(container.exif)
+        else:
+            try:
+                header = open_image_header(data)
+            except MediaRefError:
+                raise
+            except PAYLOAD_ERRORS:
+                # Left for decode time, where this failure surfaces with the other decode failures.
+                return MediaRef(data, lambda: self.load_bytes(data), self._spec)
+            try:
+                image_id = read_exif_image_id(header.image) if want_exif else None
+            finally:
+                header.close()
+        # The decode reopens the bytes: a failed attempt that is not memoized (MemoryError, a
+        # budget refusal) leaves nothing half-consumed behind, and the next attempt starts clean.
+        return MediaRef(data, lambda: self.load_bytes(data), self._spec, key=self._key_for(image_id))
 
     def _key_for(self, image_id: bytes | None) -> bytes | None:
         """The EXIF ImageID key, or None to let the ref key off its bytes."""
@@ -122,12 +184,20 @@ class ImageMediaIO(MediaIO[Image.Image]):
             image.save(buffer, image_format)
             return pybase64.b64encode(buffer.getvalue()).decode("ascii")
 
-    def _decode_header(self, header: ImageHeader) -> Image.Image:
+    def _charge(self, size: tuple[int, int]) -> None:
+        """Charge the raster of ``size`` to the budget before it exists (see decode_budget)."""
+        charge_decoded_bytes(decoded_image_bytes(size), self.decoded_budget)
+
+    def _decode_header(self, header: ImageHeader, *, charged: bool) -> Image.Image:
         try:
+            if not charged:  # before the pixels exist: a refused decode has allocated nothing
+                self._charge(header.image.size)
             return decode_first_frame(header.image, self.image_mode, self.rgba_background_color)
-        except MemoryError:
-            raise  # the server's problem, not the payload's
-        except Exception as exc:
+        except MediaRefError:
+            raise
+        except Image.DecompressionBombError as exc:  # Pillow's own check, inside a plugin
+            raise pillow_refusal(exc) from exc
+        except PAYLOAD_ERRORS as exc:
             raise _decode_failure(exc) from exc
         finally:
             header.close()
@@ -135,12 +205,13 @@ class ImageMediaIO(MediaIO[Image.Image]):
     def __repr__(self) -> str:
         return (
             f"ImageMediaIO(image_mode={self.image_mode!r}, "
-            f"rgba_background_color={self.rgba_background_color!r})"
+            f"rgba_background_color={self.rgba_background_color!r}, "
+            f"trust_exif_image_id={self.trust_exif_image_id!r})"
         )
 
 
 def _decode_failure(exc: Exception) -> ValueError:
-    """The one mapping of Pillow's (and its plugins') exceptions for a payload that won't decode."""
+    """The one mapping of Pillow's exceptions for a payload that won't decode."""
     return ValueError(f"Failed to decode image: {str(exc) or type(exc).__name__}")
 
 

@@ -5,19 +5,28 @@ and validates every option when it is built, so a misspelled option or an unknow
 at configuration time rather than on the first request. The decode spec, hence the key, holds the
 backend, its version tag, ``num_frames``, ``fps`` and every other loader option. Refs are built
 from the bytes alone: reading a container header costs a demuxer open, and nothing in it is
-needed before decode time (there is no header-known cap for videos). A payload that will not
-decode fails at decode time::
+needed before decode time (the caps below are checked from the headers when the decode starts,
+before any frame is decoded). A payload that will not decode fails at decode time::
 
     ValueError("Failed to decode video: <reason>")
 
-``video/jpeg`` payloads are the other form vLLM accepts: base64 JPEG frames joined by commas,
-decoded frame by frame with the ``image_io`` decoder. :class:`RawBytesVideoMediaIO` is the decoder
-for models that want the container itself.
+``video/jpeg`` payloads are the other form vLLM accepts: base64 JPEG frames joined by commas, of
+which the first ``num_frames`` are kept (vLLM's memory protection), decoded frame by frame with
+the ``image_io`` decoder; their metadata names the backend ``jpeg_sequence``.
+:class:`RawBytesVideoMediaIO` is the decoder for models that want the container itself.
+
+Caps (``MediaTooLargeError``, HTTP 413): every frame, of a container or of a ``video/jpeg``
+sequence, is an image under ``VLLM_MAX_IMAGE_PIXELS``, checked from headers before decoding; the
+kept frames' RGB bytes are charged to the request's ``VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES`` budget
+before they are allocated (to ``image_io.decoded_budget`` when it is set, as in vLLM). Containers
+open through the video allow-list of demuxers
+(:mod:`mediaref.media._pyav_open`), so a payload naming other files or URLs is refused.
 """
 
 from __future__ import annotations
 
 import inspect
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -31,7 +40,13 @@ from mediaref.media._video_raw_bytes import (
     video_max_bytes,
 )
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
-from mediaref.video import VIDEO_LOADER_REGISTRY, VideoFrames, VideoLoader, VideoMetadata
+from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
+from mediaref.video import (
+    VIDEO_LOADER_REGISTRY,
+    VideoFrames,
+    VideoLoader,
+    VideoMetadata,
+)
 from mediaref.video._jpeg_frames import JPEG_FRAMES_BACKEND, load_jpeg_frames
 from mediaref.video._sampling import validate_fps, validate_num_frames
 
@@ -75,13 +90,14 @@ class VideoMediaIO(MediaIO[tuple[VideoFrames, VideoMetadata]]):
         return video_max_bytes()
 
     def load_bytes(self, data: bytes) -> tuple[VideoFrames, VideoMetadata]:
-        return self.video_loader.load_bytes(
-            data, num_frames=self.num_frames, fps=self.fps, **self.kwargs
-        )
+        with self._budget_scope():
+            return self.video_loader.load_bytes(
+                data, num_frames=self.num_frames, fps=self.fps, **self.kwargs
+            )
 
     def load_base64(self, media_type: str, data: str) -> tuple[VideoFrames, VideoMetadata]:
         if is_jpeg_frames(media_type):
-            return load_jpeg_frames(data.encode("utf-8"), self.image_io, self.fps)
+            return self._load_jpeg_frames(data.encode("utf-8"))
         return super().load_base64(media_type, data)
 
     def load_base64_ref(
@@ -92,11 +108,19 @@ class VideoMediaIO(MediaIO[tuple[VideoFrames, VideoMetadata]]):
         # Keyed by the base64 text itself: splitting and decoding the frames is decode work.
         payload = data.encode("utf-8")
         self.check_encoded_size(len(payload))
-        return MediaRef(
-            payload,
-            lambda: load_jpeg_frames(payload, self.image_io, self.fps),
-            self._jpeg_frames_spec(),
-        )
+        return MediaRef(payload, lambda: self._load_jpeg_frames(payload), self._jpeg_frames_spec())
+
+    def _load_jpeg_frames(self, payload: bytes) -> tuple[VideoFrames, VideoMetadata]:
+        with self._budget_scope():
+            return load_jpeg_frames(payload, self.image_io, self.fps, self.num_frames)
+
+    def _budget_scope(self) -> AbstractContextManager[None]:
+        # vLLM charges a video's frames to its image decoder's decoded_budget when one is set;
+        # otherwise the decode charges the running request's budget (decode_budget).
+        budget = getattr(self.image_io, "decoded_budget", None)
+        if isinstance(budget, MediaDecodedBudget):
+            return decode_budget_scope(budget)
+        return nullcontext()
 
     def encode_base64(self, media: VideoFrames, *, video_format: str = "JPEG") -> str:
         """``media`` as a ``video/jpeg`` payload: base64 JPEG frames joined by commas."""
@@ -108,12 +132,13 @@ class VideoMediaIO(MediaIO[tuple[VideoFrames, VideoMetadata]]):
         )
 
     def _jpeg_frames_spec(self) -> DecodeSpec:
-        # num_frames and the backend do not apply: every frame of the sequence is kept.
+        # The container backend does not apply; num_frames does (the first num_frames are kept).
         return DecodeSpec(
             modality=self.modality,
             decoder=f"{JPEG_FRAMES_BACKEND}/1",
             video_backend=JPEG_FRAMES_BACKEND,
             media_type=JPEG_FRAMES_MEDIA_TYPE,
+            num_frames=self.num_frames,
             fps=self.fps,
             image=self.image_io.get_decode_spec().settings,
         )

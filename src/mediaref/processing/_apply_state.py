@@ -63,7 +63,8 @@ class MultiModalApplyState:
     timings: ApplyTimings = field(default_factory=ApplyTimings)
     error_factory: DecodeErrorFactory = unprocessable_media_error
     decoded_budget: MediaDecodedBudget = field(default_factory=MediaDecodedBudget)
-    """The request's decoded bytes (``VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES``), charged by its decodes."""
+    """The request's decoded bytes (``VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES``, read when the state is
+    made), charged by every decode this state submits, on whichever worker runs it."""
     _pending: list[MediaDecodeJob] = field(default_factory=list)
     _owned: list[MediaRef[Any]] = field(default_factory=list)
     _closed: bool = False
@@ -87,7 +88,11 @@ class MultiModalApplyState:
         self._pending.extend(submit_media_decodes(wanted, self.jobs, budget=self.decoded_budget))
 
     def wait_decodes(self) -> None:
-        """Drain the decodes submitted since the last wait; raise the first failure (HTTP 422)."""
+        """Drain the decodes submitted since the last wait; raise the first failure.
+
+        A payload that will not decode is a 422 and a cap (this request's decoded-bytes budget
+        included) a 413, both naming the item; a server-side failure propagates as itself.
+        """
         if not self._pending:
             return
         pending, self._pending = self._pending, []

@@ -1,4 +1,13 @@
-"""The ``video/jpeg`` form: a video sent as comma-separated base64 JPEG frames."""
+"""The ``video/jpeg`` form: a video sent as comma-separated base64 JPEG frames.
+
+As in vLLM, only the first ``num_frames`` frames are kept (-1: every frame), and the rest of the
+text is never split, and the metadata names the backend ``jpeg_sequence``.
+
+A few kilobytes of base64 can declare frames of any size, so nothing is decoded before every kept
+frame's header has been read: each frame is an image, under ``VLLM_MAX_IMAGE_PIXELS``, and the
+frames must agree in size. The stack, ``frames x height x width x 3`` bytes, is then charged to
+the request's decoded-bytes budget and allocated once; frames are decoded one at a time into it.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +18,17 @@ import numpy as np
 import pybase64
 from PIL import Image
 
-from mediaref.exceptions import MediaRefError
+from mediaref.exceptions import MediaRefError, MediaTooLargeError
+from mediaref.media._image_header import PAYLOAD_ERRORS, open_image_header
+from mediaref.media.decode_budget import decode_budget_scope
+from mediaref.video._frame_limits import charge_rgb_frames
 from mediaref.video._registry import VideoFrames, VideoMetadata
+from mediaref.video._sampling import ALL_FRAMES
 
 if TYPE_CHECKING:
     from mediaref.media.base import DecodeSpec
 
-JPEG_FRAMES_BACKEND = "jpeg_frames"
+JPEG_FRAMES_BACKEND = "jpeg_sequence"
 
 # The rate a frame sequence is assumed to have when the decoder is given no ``fps``: the rate
 # Qwen-VL style clients sample at before sending frames (qwen_vl_utils' FPS = 2.0).
@@ -30,29 +43,44 @@ class FrameImageDecoder(Protocol):
     def get_decode_spec(self) -> DecodeSpec: ...
 
 
-def load_jpeg_frames(
-    text: bytes, image_io: FrameImageDecoder, fps: float | None
-) -> tuple[VideoFrames, VideoMetadata]:
-    """Decode every frame of ``text`` (base64 frames joined by commas) and stack them in order.
+def split_jpeg_frames(text: bytes, num_frames: int) -> list[bytes]:
+    """The base64 texts of the frames kept: the first ``num_frames`` (-1: all)."""
+    if num_frames == ALL_FRAMES:
+        return text.split(b",")
+    # maxsplit leaves whatever follows the kept frames in one piece, which is then dropped.
+    return text.split(b",", num_frames)[:num_frames]
 
-    Raises ValueError("Failed to decode video: ...") naming the first frame that fails.
+
+def load_jpeg_frames(
+    text: bytes, image_io: FrameImageDecoder, fps: float | None, num_frames: int = ALL_FRAMES
+) -> tuple[VideoFrames, VideoMetadata]:
+    """Decode the first ``num_frames`` frames of ``text`` (base64 frames joined by commas).
+
+    Raises ValueError("Failed to decode video: ...") naming the first frame that fails, and
+    :class:`~mediaref.exceptions.MediaTooLargeError` for a frame over the pixel cap or a stack
+    over the request's budget, before any frame is decoded.
     """
     frame_rate = DEFAULT_JPEG_FRAMES_FPS if fps is None else fps
-    arrays: list[np.ndarray] = []
-    for position, frame_text in enumerate(text.split(b",")):
-        try:
-            image = image_io.load_bytes(pybase64.b64decode(frame_text.strip(), validate=True))
-        except MediaRefError:
-            raise  # a frame over the pixel cap keeps its own type (and HTTP status)
-        except (ValueError, binascii.Error) as exc:
-            raise ValueError(f"Failed to decode video: JPEG frame {position}: {exc}") from exc
-        # The frames join an RGB stack whatever mode the image decoder was configured with.
-        arrays.append(np.asarray(image if image.mode == "RGB" else image.convert("RGB")))
-    shapes = {a.shape for a in arrays}
-    if len(shapes) > 1:
-        raise ValueError(f"Failed to decode video: JPEG frames differ in size: {sorted(shapes)}")
-    frames = np.stack(arrays)
-    total = len(arrays)
+    parts = split_jpeg_frames(text, num_frames)
+    pixels = _common_pixel_count(parts)
+    charge_rgb_frames(len(parts), 1, pixels)  # before any pixel is decoded
+    frames: np.ndarray | None = None
+    for position, part in enumerate(parts):
+        rgb = _decode_frame(position, part, image_io)
+        if frames is None:
+            # The decoded size: the header's, or its transpose for an EXIF-rotated frame.
+            height, width, _ = rgb.shape
+            if height * width != pixels:  # the decoder and the header disagree
+                raise ValueError(f"Failed to decode video: JPEG frame {position}: size changed")
+            frames = np.empty((len(parts), height, width, 3), dtype=np.uint8)
+        elif rgb.shape != frames.shape[1:]:
+            raise ValueError(
+                f"Failed to decode video: JPEG frames differ in size: frame {position} is "
+                f"{rgb.shape[1]}x{rgb.shape[0]}, frame 0 {frames.shape[2]}x{frames.shape[1]}"
+            )
+        frames[position] = rgb
+    assert frames is not None  # split() yields at least one part
+    total = len(parts)
     metadata: VideoMetadata = {
         "total_num_frames": total,
         "fps": frame_rate,
@@ -65,3 +93,63 @@ def load_jpeg_frames(
         "height": int(frames.shape[1]),
     }
     return frames, metadata
+
+
+# What a frame's header read raises for bytes that are not a frame we decode: Pillow's plugins'
+# failures, and the image decoder's own refusals (a format it does not accept, 422).
+_FRAME_HEADER_ERRORS: tuple[type[Exception], ...] = (MediaRefError, *PAYLOAD_ERRORS)
+
+
+def _common_pixel_count(parts: list[bytes]) -> int:
+    """Every frame's header, read before any pixel is decoded: the pixels each frame has.
+
+    The pixel cap fires here. Frames must agree in pixel count (their orientation may still
+    swap width and height, which the decode reveals).
+    """
+    common: int | None = None
+    for position, part in enumerate(parts):
+        try:
+            header = open_image_header(_base64_frame(part))
+        except MediaTooLargeError:
+            raise  # a frame over the pixel cap keeps its own type (and HTTP status)
+        except _FRAME_HEADER_ERRORS as exc:  # e.g. a format images refuse
+            raise _frame_failure(position, exc) from exc
+        try:
+            width, height = header.image.size
+        finally:
+            header.close()
+        if common is None:
+            common = width * height
+        elif width * height != common:
+            raise ValueError(
+                f"Failed to decode video: JPEG frames differ in size: frame {position} has "
+                f"{width}x{height} pixels, frame 0 {common}"
+            )
+    assert common is not None
+    return common
+
+
+def _decode_frame(position: int, part: bytes, image_io: FrameImageDecoder) -> np.ndarray:
+    try:
+        # The stack was charged for every kept frame; each frame's raster is transient (freed
+        # once copied into the stack), so the image decoder charges no request budget for it
+        # (only its own per-item check applies).
+        with decode_budget_scope(None):
+            image = image_io.load_bytes(_base64_frame(part))
+    except MediaTooLargeError:
+        raise
+    except ValueError as exc:  # the image decoder's documented failures (422 included)
+        raise _frame_failure(position, exc) from exc
+    # The frames join an RGB stack whatever mode the image decoder was configured with.
+    return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+
+
+def _base64_frame(part: bytes) -> bytes:
+    return pybase64.b64decode(part.strip(), validate=True)
+
+
+def _frame_failure(position: int, exc: Exception) -> ValueError:
+    reason = str(exc) or type(exc).__name__
+    if isinstance(exc, binascii.Error):
+        reason = f"invalid base64: {reason}"
+    return ValueError(f"Failed to decode video: JPEG frame {position}: {reason}")

@@ -6,14 +6,17 @@ from typing import ClassVar
 
 import av
 
+from mediaref.media._pyav_open import UnsupportedContainerError
+from mediaref.video._frame_collector import FrameCollector
+from mediaref.video._frame_limits import max_frame_pixels
 from mediaref.video._pyav_container import (
     FrameIndex,
     VideoUnreadableError,
     header_fps,
     header_num_frames,
+    header_size,
     index_frames,
 )
-from mediaref.video._frame_collector import FrameCollector
 from mediaref.video._pyav_decode import (
     FrameDecoder,
     TimestampsUnusableError,
@@ -61,27 +64,30 @@ class PyAVVideoBackend:
         except av.FFmpegError as exc:
             # strerror drops PyAV's "[Errno N] ...: '<none>'" framing around FFmpeg's reason.
             raise ValueError(f"Failed to decode video: {exc.strerror or exc}") from exc
-        except VideoUnreadableError as exc:
+        except (VideoUnreadableError, UnsupportedContainerError) as exc:
             raise ValueError(f"Failed to decode video: {exc}") from exc
 
 
 def _load(data: bytes, num_frames: int, fps: float | None) -> tuple[VideoFrames, VideoMetadata]:
-    with FrameDecoder(data) as decoder:
+    max_pixels = max_frame_pixels()
+    with FrameDecoder(data, max_pixels=max_pixels) as decoder:
         video_fps = header_fps(decoder.stream)
+        size = header_size(decoder.stream)
         header = {
             "header_num_frames": header_num_frames(decoder.stream),
             "codec": decoder.stream.codec_context.name,
         }
-        # Even a full decode indexes first: the frame count sizes the output array up front.
+        # Even a full decode indexes first: the frame count sizes the output array, and charges
+        # it to the request's budget, before a frame is decoded.
         index = index_frames(decoder.container, decoder.stream)
         if num_frames == ALL_FRAMES and fps is None:
-            collector = FrameCollector(index.num_frames)
+            collector = FrameCollector(index.num_frames, header_size=size, max_pixels=max_pixels)
             total = decode_sequentially(decoder.frames_from_start(), None, collector)
             source = "decode"
         else:
             total, source = index.num_frames, "demux"
             wanted = sample_frame_indices(total, num_frames, fps, video_fps)
-            collector = FrameCollector(len(wanted))
+            collector = FrameCollector(len(wanted), header_size=size, max_pixels=max_pixels)
             _decode_wanted(decoder, index, wanted, collector)
     if not len(collector):
         raise VideoUnreadableError("no frame could be decoded")

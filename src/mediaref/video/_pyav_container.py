@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import bisect
-import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import av
 from av.container import InputContainer
 from av.video.stream import VideoStream
 
-# Container options for every open. Demuxers such as concat open further files named inside the
-# payload ("ffconcat version 1.0 / file secrets.mp4" reads a file relative to the server's working
-# directory). The payload arrives through a Python file object, which needs no protocol, so an
-# allow-list naming no protocol refuses every nested open and costs ordinary containers nothing.
-_CONTAINER_OPTIONS = {"protocol_whitelist": "none"}
+from mediaref.media._pyav_open import open_input
+from mediaref.video._frame_limits import check_frame_size, decoder_thread_count
 
 
 class VideoUnreadableError(Exception):
@@ -24,22 +19,40 @@ class VideoUnreadableError(Exception):
 
 
 @contextmanager
-def open_video_stream(data: bytes) -> Iterator[tuple[InputContainer, VideoStream]]:
-    """The container and its first video stream; the container is closed on every exit path."""
-    container = av.open(
-        io.BytesIO(data), mode="r", container_options=_CONTAINER_OPTIONS, metadata_errors="ignore"
-    )
+def open_video_stream(
+    data: bytes, *, max_pixels: int | None, charge_index: bool = True
+) -> Iterator[tuple[InputContainer, VideoStream]]:
+    """The container and its first video stream; the container is closed on every exit path.
+
+    The payload is opened with the video allow-list of demuxers (no concat scripts, playlists,
+    image sequences or nested files: :mod:`mediaref.media._pyav_open`). A stream whose header
+    declares frames over ``max_pixels`` is refused here, and the decoder is told the cap
+    (FFmpeg's ``max_pixels``), so no frame it allocates can pass it.
+    """
+    container = open_input(data, "video", charge_index=charge_index)
     try:
         if not container.streams.video:
             raise VideoUnreadableError("the container has no video stream")
         stream = container.streams.video[0]
-        if stream.codec_context is None:
+        codec_context = stream.codec_context
+        if codec_context is None:
             raise VideoUnreadableError("the video stream's codec is unknown or has no decoder")
-        # Slice and frame threads: decoding dominates the cost of a video request.
+        check_frame_size(codec_context.width, codec_context.height, limit=max_pixels)
+        if max_pixels is not None:
+            codec_context.options = {**codec_context.options, "max_pixels": str(max_pixels)}
+        # Slice and frame threads: decoding dominates the cost of a video request. Fewer of
+        # them for huge frames, each of which holds a frame in flight.
         stream.thread_type = "AUTO"
+        codec_context.thread_count = decoder_thread_count(codec_context.width, codec_context.height)
         yield container, stream
     finally:
         container.close()
+
+
+def header_size(stream: VideoStream) -> tuple[int, int] | None:
+    """The (width, height) the stream's header declares; None when it declares none."""
+    width, height = stream.codec_context.width, stream.codec_context.height
+    return (width, height) if width > 0 and height > 0 else None
 
 
 def header_num_frames(stream: VideoStream) -> int | None:

@@ -33,11 +33,13 @@ class FrameDecoder:
     Use as a context manager; the container is closed on exit.
     """
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, *, max_pixels: int | None = None) -> None:
         self._data = data
+        self.max_pixels = max_pixels
         self._opened = ExitStack()
         self.frames_decoded = 0
         self.packets_skipped = 0
+        self._opens = 0
         self.container, self.stream = self._open()
 
     def __enter__(self) -> FrameDecoder:
@@ -47,7 +49,13 @@ class FrameDecoder:
         self._opened.close()
 
     def _open(self) -> tuple[InputContainer, VideoStream]:
-        return self._opened.enter_context(open_video_stream(self._data))
+        # The first open charges the demuxer's sample index to the request; reopening the same
+        # payload builds the same index again, after the previous one was freed.
+        first = self._opens == 0
+        self._opens += 1
+        return self._opened.enter_context(
+            open_video_stream(self._data, max_pixels=self.max_pixels, charge_index=first)
+        )
 
     def frames_from_start(self) -> Iterator[av.VideoFrame]:
         self._opened.close()
@@ -103,6 +111,21 @@ def _frame_pts(frame: av.VideoFrame) -> int:
     return frame.pts
 
 
+def _in_presentation_order(frames: Iterator[av.VideoFrame]) -> Iterator[av.VideoFrame]:
+    """``frames``, failing once a timestamp fails to increase.
+
+    Frames come out of a decoder in presentation order, so timestamps that go backwards (or
+    repeat) cannot name frames of the index: the caller then counts frames instead.
+    """
+    last: int | None = None
+    for frame in frames:
+        pts = _frame_pts(frame)
+        if last is not None and pts <= last:
+            raise TimestampsUnusableError("decoded timestamps go backwards")
+        last = pts
+        yield frame
+
+
 def _seek_pays(index: FrameIndex, last_pts: int, keyframe: int | None) -> bool:
     """Whether jumping to ``keyframe`` skips enough frames past ``last_pts`` to pay for itself."""
     if keyframe is None or keyframe <= last_pts:
@@ -113,8 +136,8 @@ def _seek_pays(index: FrameIndex, last_pts: int, keyframe: int | None) -> bool:
 
 def _seek_at_or_before(
     decoder: FrameDecoder, index: FrameIndex, keyframe: int, target: int
-) -> tuple[Iterator[av.VideoFrame], av.VideoFrame | None]:
-    """Frames starting at or before ``target``, and the first of them.
+) -> tuple[Iterator[av.VideoFrame], av.VideoFrame | None, bool]:
+    """Frames starting at or before ``target``, the first of them, and whether a seek landed.
 
     Demuxers seek by their own notion of time (MPEG-TS by decode timestamps, by bisecting the
     file), so a seek to a keyframe can land on a later one. Each overshoot retries from the
@@ -122,12 +145,12 @@ def _seek_at_or_before(
     """
     end = bisect.bisect_right(index.keyframe_pts, keyframe)
     for candidate in reversed(index.keyframe_pts[max(0, end - _SEEK_ATTEMPTS) : end]):
-        frames = decoder.frames_from_keyframe(candidate)
+        frames = _in_presentation_order(decoder.frames_from_keyframe(candidate))
         first = next(frames, None)
         if first is not None and _frame_pts(first) <= target:
-            return frames, first
-    frames = decoder.frames_from_start()
-    return frames, next(frames, None)
+            return frames, first, True
+    frames = _in_presentation_order(decoder.frames_from_start())
+    return frames, next(frames, None), False
 
 
 def decode_by_timestamp(
@@ -139,17 +162,23 @@ def decode_by_timestamp(
     sequential decode. If it cannot be decoded, the next frame that can stands in for it, under
     its own index. Decoding starts from a fresh open of the payload (indexing left
     the demuxer at the end) and seeks only where a keyframe lets it skip enough frames.
+
+    A payload whose seeks never land (timestamps the demuxer cannot find again) would otherwise
+    be decoded from its start once per wanted frame; after the first such fallback the rest is
+    decoded forward without seeking, so the work stays within two passes over the stream.
+    Raises :class:`TimestampsUnusableError` when decoded timestamps are missing or go backwards.
     """
     assert index.frame_pts is not None
-    frames = decoder.frames_from_start()
+    frames = _in_presentation_order(decoder.frames_from_start())
     frame = next(frames, None)
     last_pts: int | None = None
+    seeking = True
     for frame_index in wanted:
         target = index.frame_pts[frame_index]
         if last_pts is not None:
             keyframe = index.keyframe_at_or_before(target)
-            if keyframe is not None and _seek_pays(index, last_pts, keyframe):
-                frames, frame = _seek_at_or_before(decoder, index, keyframe, target)
+            if seeking and keyframe is not None and _seek_pays(index, last_pts, keyframe):
+                frames, frame, seeking = _seek_at_or_before(decoder, index, keyframe, target)
             else:
                 frame = next(frames, None)
         while frame is not None and _frame_pts(frame) < target:

@@ -36,6 +36,15 @@ class VideoLoader(Protocol):
 _L = TypeVar("_L", bound=type)
 
 
+class UnknownVideoBackendError(ValueError, AssertionError):
+    """No loader is registered under the name asked for.
+
+    vLLM's registry fails this lookup with an ``AssertionError`` ("Extension class <name> not
+    found"); this is one too, so code written against vLLM catches it, and a ``ValueError`` as
+    every other bad setting here is.
+    """
+
+
 class VideoLoaderRegistry:
     """Backend name -> loader class, filled by the ``register`` decorator."""
 
@@ -63,13 +72,14 @@ class VideoLoaderRegistry:
         del self._loaders[name]
 
     def load(self, name: str) -> type[VideoLoader]:
-        """The loader class registered as ``name``."""
+        """The loader class registered as ``name``; :class:`UnknownVideoBackendError` if none."""
         try:
             return self._loaders[name]  # type: ignore[return-value]
         except KeyError:
             known = ", ".join(repr(n) for n in sorted(self._loaders)) or "none"
-            raise ValueError(
-                f"unknown video loader backend {name!r}; registered backends: {known}"
+            raise UnknownVideoBackendError(
+                f"Extension class {name} not found: unknown video loader backend {name!r}; "
+                f"registered backends: {known}"
             ) from None
 
     def names(self) -> list[str]:

@@ -1,50 +1,61 @@
-"""The per-request download budget (``VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB``).
+"""The per-request download budget (``VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB``), as in vLLM.
 
-One connector serves one request, so the budget lives on the connector and is shared by all of
-that request's http(s) downloads, concurrent ones included: bytes are charged as they arrive, and
-the download that crosses the limit is cut off there. An attempt that fails gives its bytes back,
-so a retried download is not charged twice. ``data:`` and ``file:`` payloads are not downloads and
-are not charged; payloads served from the disk cache are, so the outcome does not depend on
-whether the cache happened to hold them.
+A budget belongs to one request, not to a connector: whoever handles a request makes one
+(the chat item tracker does, per request) and hands it to the connector it builds with
+``MediaConnector(..., download_budget=budget)``; a connector without one has no request-wide limit
+(each download still has its own cap, ``VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB``). So a long-lived
+connector reused across requests never runs out.
+
+All of the request's http(s) downloads share it, concurrent ones included: bytes are charged as
+they arrive, and the download that crosses the limit is cut off there. As in vLLM, bytes count
+"including retried attempts": a failed attempt does not give its bytes back. The budget bounds
+what one request can make this server download, and an origin that fails after sending most of a
+payload is exactly the one that should not get to send it three times. ``data:`` and ``file:``
+payloads are not downloads and are not charged; payloads served from the disk cache are, so the
+outcome does not depend on whether the cache happened to hold them.
 """
 
 from __future__ import annotations
 
 import threading
 
-from mediaref.media._transport.errors import TooLargeError
+from mediaref import envs
+from mediaref.exceptions import MediaTooLargeError
+
+_UNSET: object = object()
 
 
-class DownloadBudget:
-    """A thread-safe byte counter with a limit (``None``: unlimited)."""
+class MediaRequestDownloadSizeExceededError(MediaTooLargeError):
+    """All HTTP media downloads of one request exceed its budget (HTTP 413)."""
 
-    def __init__(self, limit_bytes: int | None) -> None:
-        self.limit_bytes = limit_bytes
-        self._used = 0
+
+class MediaRequestDownloadBudget:
+    """Thread-safe total of the HTTP media bytes received for one request.
+
+    ``limit_bytes`` defaults to ``VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB`` read when the budget
+    is made (one request, one limit); ``None`` or a setting of 0 means no limit.
+    """
+
+    def __init__(self, limit_bytes: int | None | object = _UNSET) -> None:
+        if limit_bytes is _UNSET:
+            limit_bytes = envs.size_cap_bytes("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB")
+        if limit_bytes is not None and not isinstance(limit_bytes, int):
+            raise TypeError(f"limit_bytes must be an int or None, not {type(limit_bytes).__name__}")
+        self.limit_bytes: int | None = limit_bytes
+        self.used = 0
         self._lock = threading.Lock()
 
-    @property
-    def used_bytes(self) -> int:
-        return self._used
-
-    def remaining(self) -> int | None:
-        if self.limit_bytes is None:
-            return None
-        with self._lock:
-            return max(0, self.limit_bytes - self._used)
-
     def charge(self, size: int) -> None:
-        """Take ``size`` bytes or raise without taking any."""
+        """Count ``size`` more bytes, or raise without counting any if that crosses the limit."""
         with self._lock:
-            if self.limit_bytes is not None and self._used + size > self.limit_bytes:
-                raise TooLargeError(
-                    f"the request's media downloads exceed its {self.limit_bytes}-byte budget"
+            received = self.used + size
+            if self.limit_bytes is not None and received > self.limit_bytes:
+                raise MediaRequestDownloadSizeExceededError(
+                    "Request media downloads exceed VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB "
+                    f"({self.limit_bytes}-byte budget; {received} bytes received, including "
+                    "retried attempts)"
                 )
-            self._used += size
-
-    def refund(self, size: int) -> None:
-        with self._lock:
-            self._used -= size
+            self.used = received
 
 
-__all__ = ["DownloadBudget"]
+__all__ = ["MediaRequestDownloadBudget", "MediaRequestDownloadSizeExceededError"]

@@ -3,52 +3,76 @@
 The form is ``data:[<media type>][;<param>=<value>]*;base64,<payload>``.
 
 Parameters such as ``charset`` are accepted and ignored. A missing comma, another encoding (the
-percent-encoded form) or a payload that is not strict base64 is an error, never a guess.
+percent-encoded form), a non-ASCII URL or a payload that is not strict base64 is an error, never
+a guess.
+
+A data: URL arrives whole in the request, so it can be hundreds of megabytes. Parsing touches
+only the header (at most ``MAX_HEADER_CHARS``, so a URL without a comma is not scanned to its
+end), and the decoded size is bounded from the payload's length before the payload is copied out
+of the URL or decoded: an oversized payload costs neither a copy nor a decode.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import binascii
+from dataclasses import dataclass, field
 
 import pybase64
 
 from mediaref.media._transport.errors import TooLargeError
 
+_PREFIX = "data:"
 _DEFAULT_MEDIA_TYPE = "text/plain"  # RFC 2397's default when the type is omitted
+MAX_HEADER_CHARS = 1024  # media type and parameters; real ones are a few dozen characters
 
 
 @dataclass(frozen=True)
 class DataURL:
     media_type: str  # lowercase, without parameters
-    base64_text: str
+    url: str = field(repr=False)  # the whole URL: the payload is sliced out only when used
+    payload_start: int = field(repr=False)
+
+    @property
+    def base64_text(self) -> str:
+        """The payload text (a copy of that part of the URL)."""
+        return self.url[self.payload_start :]
 
     def decoded_size_upper_bound(self) -> int:
         """The decoded length, known without decoding: three bytes per four characters."""
-        text = self.base64_text
-        padding = text[-2:].count("=")
-        return max(0, len(text) // 4 * 3 - padding)
+        chars = len(self.url) - self.payload_start
+        padding = self.url[-2:].count("=") if chars >= 2 else 0
+        return max(0, chars // 4 * 3 - padding)
 
-    def decode(self, max_bytes: int | None) -> bytes:
-        """The payload bytes; an oversized payload is refused before a byte is decoded."""
+    def check_size(self, max_bytes: int | None) -> None:
         size = self.decoded_size_upper_bound()
         if max_bytes is not None and size > max_bytes:
             raise TooLargeError(f"payload of about {size} bytes exceeds the {max_bytes}-byte limit")
+
+    def decode(self, max_bytes: int | None) -> bytes:
+        """The payload bytes; an oversized payload is refused before it is copied or decoded."""
+        self.check_size(max_bytes)
         return pybase64.b64decode(self.base64_text, validate=True)
 
 
 def parse_data_url(url: str) -> DataURL:
-    if url[:5].lower() != "data:":
+    if url[: len(_PREFIX)].lower() != _PREFIX:
         raise ValueError("not a data: URL")
-    comma = url.find(",")
+    # O(1) in CPython (a flag on the string): base64 is ASCII, and so is a well-formed URL.
+    if not url.isascii():
+        raise binascii.Error("non-ASCII character in the data: URL")
+    comma = url.find(",", 0, len(_PREFIX) + MAX_HEADER_CHARS + 1)
     if comma < 0:
-        raise ValueError("data: URL has no comma separating its header from the payload")
-    media_type, *params = url[5:comma].split(";")
+        raise ValueError(
+            "data: URL has no comma separating its header from the payload "
+            f"within {MAX_HEADER_CHARS} characters"
+        )
+    media_type, *params = url[len(_PREFIX) : comma].split(";")
     if not params or params[-1].strip().lower() != "base64":
         raise ValueError("only base64 data: URLs are supported (header must end in ';base64')")
     for param in params[:-1]:
         if "=" not in param:
-            raise ValueError(f"data: URL parameter {param!r} is not name=value")
-    return DataURL(media_type.strip().lower() or _DEFAULT_MEDIA_TYPE, url[comma + 1 :])
+            raise ValueError(f"data: URL parameter {param[:64]!r} is not name=value")
+    return DataURL(media_type.strip().lower() or _DEFAULT_MEDIA_TYPE, url, comma + 1)
 
 
-__all__ = ["DataURL", "parse_data_url"]
+__all__ = ["MAX_HEADER_CHARS", "DataURL", "parse_data_url"]

@@ -1,6 +1,6 @@
 """The on-disk download cache for http(s) payloads, safe for several processes sharing a directory.
 
-One file per URL, named by the URL's sha256, holding a fixed header (magic, payload length, blake3
+One file per key, named by the key's sha256, holding a fixed header (magic, payload length, blake3
 digest of the payload) and the payload. File times carry the bookkeeping, so no index file needs
 locking: the modification time is when the entry was stored (the TTL runs from it) and the access
 time is when it was last served (least-recently-used order), both set explicitly with ``utime``.
@@ -11,6 +11,11 @@ replaces or evicts it meanwhile. After each write the directory is scanned (cost
 number of entries): expired entries go first, then the least recently used, until the total fits,
 and never the entry just written. An entry larger than the whole budget is served but not stored.
 A vanished, expired, truncated or corrupt entry is a miss, never an error.
+
+The cache stores and serves bytes by key and judges nothing. What makes serving an entry safe is
+the key: ``http_download`` keys an entry by the requested URL together with the fingerprint of the
+policy it was fetched under (addresses, allowed domains, redirects), so an entry is only ever
+served to a request whose policy would have fetched it the same way (see ``http_download``).
 """
 
 from __future__ import annotations
@@ -18,18 +23,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 import struct
 import tempfile
 import time
 from collections.abc import Callable
-from typing import BinaryIO
-
 import blake3
+
+from mediaref.media._transport.errors import TooLargeError
 
 _MAGIC = b"mrdlc\x00\x00\x01"
 _HEADER = struct.Struct(">8sQ32s")  # magic, payload length, blake3 digest of the payload
 ENTRY_SUFFIX = ".media"
 _TMP_PREFIX = ".tmp-"
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 # A temporary file this old belongs to a writer that died; live writers finish in far less.
 _ABANDONED_TMP_SECONDS = 3600.0
 
@@ -39,7 +47,7 @@ def _digest(data: bytes) -> bytes:
 
 
 class DiskCache:
-    """Payloads by key (the URL) in ``directory``, within ``max_bytes``, each for ``ttl_seconds``.
+    """Payloads by key in ``directory``, within ``max_bytes``, each for ``ttl_seconds``.
 
     ``ttl_seconds <= 0`` keeps entries until they are evicted for space. ``clock`` gives the time
     written into file times (tests substitute a controllable one).
@@ -65,35 +73,50 @@ class DiskCache:
     def _is_expired(self, stored_at: float, now: float) -> bool:
         return self.ttl_seconds > 0 and now - stored_at >= self.ttl_seconds
 
-    def get(self, key: str) -> bytes | None:
-        """The payload stored for ``key``, or None on a miss (absent, expired or corrupt)."""
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes | None:
+        """The payload stored for ``key``, or None on a miss (absent, expired or corrupt).
+
+        An entry over ``max_bytes`` raises ``TooLargeError`` before its payload is read.
+        """
         path = self.entry_path(key)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            # Non-blocking: something other than an entry at this path (a FIFO) must not hang us.
+            fd = os.open(path, os.O_RDONLY | _CLOEXEC | _NONBLOCK)
         except FileNotFoundError:
             return None
-        with open(fd, "rb") as file:
+        try:
             info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
             now = self._clock()
             payload = None
             if not self._is_expired(info.st_mtime, now):
-                payload = self._read_entry(file)
+                payload = self._read_entry(fd, info.st_size, max_bytes)
             if payload is None:
                 self._discard(path, info.st_ino)
                 return None
             # Record the access on the file that was read, even if the path was replaced since.
             os.utime(fd, (now, info.st_mtime))
+        finally:
+            os.close(fd)
         return payload
 
     @staticmethod
-    def _read_entry(file: BinaryIO) -> bytes | None:
-        header = file.read(_HEADER.size)
-        if len(header) != _HEADER.size:
-            return None
-        magic, length, digest = _HEADER.unpack(header)
-        if magic != _MAGIC:
-            return None
-        payload = file.read(length + 1)
+    def _read_entry(fd: int, file_size: int, max_bytes: int | None) -> bytes | None:
+        with open(fd, "rb", closefd=False) as file:
+            header = file.read(_HEADER.size)
+            if len(header) != _HEADER.size:
+                return None
+            magic, length, digest = _HEADER.unpack(header)
+            # The length must match the file before anything is allocated for it: a damaged
+            # header could claim exabytes.
+            if magic != _MAGIC or length != file_size - _HEADER.size:
+                return None
+            if max_bytes is not None and length > max_bytes:
+                raise TooLargeError(
+                    f"payload of {length} bytes exceeds the {max_bytes}-byte limit"
+                )
+            payload = file.read(length + 1)
         if len(payload) != length or _digest(payload) != digest:
             return None
         return payload

@@ -8,6 +8,17 @@ resolver, for connectors that allow private addresses and for requests sent thro
 before the request; see ``http_download``). A session belongs to the loop it was made on, and is
 closed when that loop shuts down its async generators, as ``asyncio.run`` and ``asyncio.Runner``
 do on exit.
+
+Each loop also has its :class:`~mediaref.media._transport.connection_slots.ConnectionSlots`:
+``limit_per_host`` concurrent downloads per origin and ``limit`` in all. The sessions' own
+connectors are unlimited, so aiohttp never queues a request inside its timeout; the slots do the
+limiting, and say which waits count against a fetch's timeout (see that module).
+
+Sessions keep no cookies (one request's cookies must not travel with another's fetch), read no
+``.netrc`` or proxy variables of their own (``trust_env=False``; proxies are chosen per request
+below) and never decode a ``Content-Encoding`` (``auto_decompress=False``): a 1 MB gzip body can
+inflate to gigabytes, and aiohttp's decoder has no output cap. The body arrives as sent, and
+``http_body`` decodes the codings it supports under the size cap.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import aiohttp
 from yarl import URL
 
 from mediaref.media._transport.addresses import PolicyResolver
+from mediaref.media._transport.connection_slots import ConnectionSlots
 
 _USER_AGENT = "mediaref"
 _DEFAULT_HEADERS = {
@@ -56,11 +68,17 @@ def env_proxy_for(url: URL) -> tuple[URL, aiohttp.BasicAuth | None] | None:
     return proxy.with_user(None), auth
 
 
-class _LoopSessions:
-    """The two sessions of one event loop, created on first use."""
+# One slow origin may hold this many connections; every other origin still gets its own.
+DEFAULT_LIMIT_PER_HOST = 32
+# Many times the per-origin limit, so it is not the bottleneck; it bounds descriptors.
+DEFAULT_LIMIT = 512
 
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
+
+class _LoopSessions:
+    """The two sessions and the connection slots of one event loop, sessions made on first use."""
+
+    def __init__(self, limit: int, limit_per_host: int) -> None:
+        self.slots = ConnectionSlots(per_origin=limit_per_host, total=limit)
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
         self.closed = False
         # The loop only keeps a weak reference to the generator that closes these sessions at its
@@ -70,11 +88,20 @@ class _LoopSessions:
     def get(self, check_addresses: bool) -> aiohttp.ClientSession:
         session = self._sessions.get(check_addresses)
         if session is None:
+            # limit=0: unlimited here, the slots limit (see the module docstring).
             connector = aiohttp.TCPConnector(
-                limit=self._limit, resolver=PolicyResolver() if check_addresses else None
+                limit=0,
+                limit_per_host=0,
+                resolver=PolicyResolver() if check_addresses else None,
             )
             session = aiohttp.ClientSession(
-                connector=connector, headers=_DEFAULT_HEADERS, trust_env=False
+                connector=connector,
+                headers=_DEFAULT_HEADERS,
+                trust_env=False,
+                auto_decompress=False,
+                # Sessions are shared by every request: a cookie one origin set while serving
+                # one client's media must not ride along on another client's fetch.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
             self._sessions[check_addresses] = session
         return session
@@ -89,13 +116,25 @@ class _LoopSessions:
 class MediaHTTPClient:
     """Shared aiohttp sessions for media downloads, per event loop (see the module docstring)."""
 
-    def __init__(self, *, limit: int = 100) -> None:
+    def __init__(
+        self, *, limit: int = DEFAULT_LIMIT, limit_per_host: int = DEFAULT_LIMIT_PER_HOST
+    ) -> None:
+        if limit < 1 or limit_per_host < 1:
+            raise ValueError("limit and limit_per_host must be at least 1")
         self._limit = limit
+        self._limit_per_host = limit_per_host
         self._by_loop: dict[asyncio.AbstractEventLoop, _LoopSessions] = {}
         self._lock = threading.Lock()  # loops on several threads may share one client
 
     async def session(self, *, check_addresses: bool) -> aiohttp.ClientSession:
         """The session for the running loop; ``check_addresses`` selects the policy resolver."""
+        return (await self._loop_sessions()).get(check_addresses)
+
+    async def connection_slots(self) -> ConnectionSlots:
+        """The running loop's connection slots (see the module docstring)."""
+        return (await self._loop_sessions()).slots
+
+    async def _loop_sessions(self) -> _LoopSessions:
         loop = asyncio.get_running_loop()
         with self._lock:
             sessions = self._by_loop.get(loop)
@@ -104,7 +143,7 @@ class MediaHTTPClient:
                 # Loops closed without shutting down their generators leave entries behind.
                 for stale in [lp for lp in self._by_loop if lp.is_closed()]:
                     del self._by_loop[stale]
-                sessions = self._by_loop[loop] = _LoopSessions(self._limit)
+                sessions = self._by_loop[loop] = _LoopSessions(self._limit, self._limit_per_host)
         assert sessions is not None
         if is_new:
             # Starting this generator registers it with the loop, whose shutdown_asyncgens()
@@ -112,7 +151,7 @@ class MediaHTTPClient:
             guard = self._close_at_loop_shutdown(loop, sessions)
             sessions.shutdown_guard = guard
             await guard.__anext__()
-        return sessions.get(check_addresses)
+        return sessions
 
     async def _close_at_loop_shutdown(
         self, loop: asyncio.AbstractEventLoop, sessions: _LoopSessions
@@ -147,4 +186,10 @@ def default_http_client() -> MediaHTTPClient:
         return _default_client
 
 
-__all__ = ["MediaHTTPClient", "default_http_client", "env_proxy_for"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "DEFAULT_LIMIT_PER_HOST",
+    "MediaHTTPClient",
+    "default_http_client",
+    "env_proxy_for",
+]

@@ -2,11 +2,23 @@
 
 Redirects are followed here rather than by aiohttp, so each hop's URL is checked (domain
 allow-list, IP literal, parser agreement) before any request is sent to it, and each hop's host
-is resolved through the address policy. The body is streamed: a ``Content-Length`` over the cap
-is refused before the body is read, and a body without one is cut off as soon as it passes the
-cap. Timeouts, dropped connections, 5xx, 408 and 429 are retried a bounded number of times; every
-attempt (all its hops and its body) has the full fetch timeout. Whatever fails is mapped once,
-here, into :mod:`mediaref.exceptions`.
+is resolved through the address policy. The body is streamed and capped on the wire and after
+decoding (see ``http_body``). Timeouts, dropped connections, 5xx, 408 and 429 are retried a
+bounded number of times; a cap or budget breach and a body that contradicts its headers are final.
+
+Deadlines: every attempt (all its hops and its body) has the full fetch timeout, which is the
+origin's time: connecting, waiting for a slot of the same origin, and the response. Time spent
+waiting for one of the client's total connection slots, which any other origin may be holding,
+is not charged to it (see ``connection_slots``).
+
+The disk cache and the policy: an entry is keyed by the requested URL *and* the fingerprint of the
+policy it was fetched under (address policy, domain allow-list, whether redirects are followed).
+Every hop of a cached download was checked, and each hostname resolved, under exactly that
+policy, so serving the entry to a request with the same fingerprint is what a fresh fetch would
+have allowed at the time it was made; a request under any other policy (say, one that refuses
+private addresses, where the entry was fetched by a connector that allowed them, or one whose
+allow-list lacks a domain the entry was redirected through) misses and fetches under its own.
+The requested URL is also checked against the current policy before the cache is consulted.
 """
 
 from __future__ import annotations
@@ -22,7 +34,11 @@ import aiohttp
 from yarl import URL
 
 from mediaref.media._transport.addresses import parse_ip_literal, resolve_public
-from mediaref.media._transport.budget import DownloadBudget
+from mediaref.media._transport.budget import (
+    MediaRequestDownloadBudget,
+    MediaRequestDownloadSizeExceededError,
+)
+from mediaref.media._transport.connection_slots import Origin
 from mediaref.media._transport.disk_cache import DiskCache
 from mediaref.media._transport.errors import (
     HTTPStatusError,
@@ -31,8 +47,14 @@ from mediaref.media._transport.errors import (
     is_transient,
     map_transport_error,
 )
+from mediaref.media._transport.http_body import read_body
 from mediaref.media._transport.http_client import MediaHTTPClient, env_proxy_for
-from mediaref.media._transport.url_policy import URLPolicy, check_url, resolve_redirect
+from mediaref.media._transport.url_policy import (
+    URLPolicy,
+    canonical_host,
+    check_url,
+    resolve_redirect,
+)
 from mediaref.media.executor import get_media_executor
 
 logger = logging.getLogger(__name__)
@@ -43,6 +65,7 @@ MAX_REDIRECT_HOPS = 10
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _FIRST_BACKOFF_SECONDS = 0.05
 _MAX_BACKOFF_SECONDS = 1.0
+_CACHE_KEY_VERSION = "v2"  # v1 keyed by the URL alone
 
 
 @dataclass(frozen=True)
@@ -51,27 +74,27 @@ class DownloadRequest:
     url: URL  # parsed and agreed on by both parsers (url_policy.parse_http_url)
     policy: URLPolicy
     allow_redirects: bool
-    max_bytes: int | None  # the strictest decoder cap; None: uncapped
+    max_bytes: int | None  # the download cap and the strictest decoder cap; None: uncapped
     timeout_seconds: float  # per attempt
     retries: int
-    budget: DownloadBudget
+    budget: MediaRequestDownloadBudget | None  # the request's; None: no request-wide limit
     cache: DiskCache | None
 
+    def cache_key(self) -> str:
+        # yarl's normal form: equivalent spellings of the URL share an entry.
+        redirects = int(self.allow_redirects)
+        return (
+            f"{_CACHE_KEY_VERSION};{self.policy.fingerprint()};redirects={redirects};{self.url}"
+        )
 
-class _AttemptCharge:
-    """The bytes one attempt took from the request budget, given back if the attempt fails."""
-
-    def __init__(self, budget: DownloadBudget) -> None:
-        self.budget = budget
-        self.taken = 0
-
-    def take(self, size: int) -> None:
-        self.budget.charge(size)
-        self.taken += size
-
-    def give_back(self) -> None:
-        self.budget.refund(self.taken)
-        self.taken = 0
+    def charge(self, size: int) -> None:
+        """Charge the request's budget, naming this URL if it runs out."""
+        if self.budget is None or size <= 0:
+            return
+        try:
+            self.budget.charge(size)
+        except MediaRequestDownloadSizeExceededError as exc:
+            raise TooLargeError(str(exc)) from None
 
 
 async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
@@ -83,9 +106,9 @@ async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
 # The cache is an optimization: an unreadable or unwritable cache must never fail the request.
 
 
-def _get_quietly(cache: DiskCache, key: str) -> bytes | None:
+def _get_quietly(cache: DiskCache, key: str, max_bytes: int | None) -> bytes | None:
     try:
-        return cache.get(key)
+        return cache.get(key, max_bytes=max_bytes)
     except OSError as exc:
         logger.warning("media cache: could not read %s: %s", key, exc)
         return None
@@ -100,15 +123,15 @@ def _store_quietly(cache: DiskCache, key: str, data: bytes) -> None:
 
 async def download(client: MediaHTTPClient, request: DownloadRequest) -> bytes:
     """The payload at ``request.url``, or a :mod:`mediaref.exceptions` error naming it."""
-    cache_key = str(request.url)  # yarl's normal form: equivalent spellings share an entry
     try:
         # Policy before the cache: a URL refused now is refused even if it was cached earlier.
         check_url(request.url, request.policy)
         if request.cache is not None:
-            cached = await _off_loop(_get_quietly, request.cache, cache_key)
+            cached = await _off_loop(
+                _get_quietly, request.cache, request.cache_key(), request.max_bytes
+            )
             if cached is not None:
-                _check_cap(len(cached), request.max_bytes)
-                request.budget.charge(len(cached))
+                request.charge(len(cached))
                 return cached
         data = await _download_with_retries(client, request)
     except Exception as exc:
@@ -117,25 +140,17 @@ async def download(client: MediaHTTPClient, request: DownloadRequest) -> bytes:
             raise
         raise mapped from exc
     if request.cache is not None:
-        await _off_loop(_store_quietly, request.cache, cache_key, data)
+        await _off_loop(_store_quietly, request.cache, request.cache_key(), data)
     return data
-
-
-def _check_cap(size: int, max_bytes: int | None) -> None:
-    if max_bytes is not None and size > max_bytes:
-        raise TooLargeError(f"payload of {size} bytes exceeds the {max_bytes}-byte limit")
 
 
 async def _download_with_retries(client: MediaHTTPClient, request: DownloadRequest) -> bytes:
     for attempt in range(request.retries + 1):
-        charge = _AttemptCharge(request.budget)
         try:
-            return await _attempt(client, request, charge)
-        except BaseException as exc:  # cancelled too: its bytes go back to the budget
-            charge.give_back()
-            if not isinstance(exc, Exception) or attempt == request.retries:
-                raise
-            if not is_transient(exc):
+            return await _attempt(client, request)
+        except Exception as exc:
+            # The attempt's bytes stay charged: the budget counts retried attempts (see budget).
+            if attempt == request.retries or not is_transient(exc):
                 raise
             logger.debug("media fetch %s failed (%s); retrying", request.url, exc)
         await asyncio.sleep(min(_FIRST_BACKOFF_SECONDS * 2**attempt, _MAX_BACKOFF_SECONDS))
@@ -169,18 +184,21 @@ def _redirect_location(response: aiohttp.ClientResponse, allow_redirects: bool) 
         raise HTTPStatusError(response.status, "redirect without a Location")
     if not allow_redirects:
         raise RefusedError(
-            f"redirected to {location!r} but redirects are disabled "
+            f"redirected to {location[:200]!r} but redirects are disabled "
             "(VLLM_MEDIA_URL_ALLOW_REDIRECTS)"
         )
     return location
 
 
-async def _attempt(
-    client: MediaHTTPClient, request: DownloadRequest, charge: _AttemptCharge
-) -> bytes:
-    """One attempt: every hop and the body, within one fetch timeout."""
+def _origin(url: URL) -> Origin:
+    return (url.scheme, canonical_host(url.raw_host or ""), url.port or 0)
+
+
+async def _attempt(client: MediaHTTPClient, request: DownloadRequest) -> bytes:
+    """One attempt: every hop and the body, within one fetch timeout (see the docstring)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.timeout_seconds
+    slots = await client.connection_slots()
     url = request.url
     for _hop in range(MAX_REDIRECT_HOPS + 1):
         check_url(url, request.policy)
@@ -190,58 +208,24 @@ async def _attempt(
         session = await client.session(
             check_addresses=proxy is None and not request.policy.allow_private_ips
         )
-        async with session.get(
-            url,
-            allow_redirects=False,
-            proxy=proxy[0] if proxy else None,
-            proxy_auth=proxy[1] if proxy else None,
-            timeout=aiohttp.ClientTimeout(total=_remaining_seconds(loop, deadline)),
-        ) as response:
-            location = _redirect_location(response, request.allow_redirects)
-            if location is None:
-                return await _read_capped(response, request.max_bytes, charge)
+        async with slots.hold(
+            _origin(url),
+            origin_wait_seconds=_remaining_seconds(loop, deadline),
+            pool_wait_seconds=request.timeout_seconds,
+        ) as pool_wait_seconds:
+            deadline += pool_wait_seconds  # another origin's hold is not this origin's time
+            async with session.get(
+                url,
+                allow_redirects=False,
+                proxy=proxy[0] if proxy else None,
+                proxy_auth=proxy[1] if proxy else None,
+                timeout=aiohttp.ClientTimeout(total=_remaining_seconds(loop, deadline)),
+            ) as response:
+                location = _redirect_location(response, request.allow_redirects)
+                if location is None:
+                    return await read_body(response, request.max_bytes, request.charge)
         url = resolve_redirect(url, location)
     raise RefusedError(f"more than {MAX_REDIRECT_HOPS} redirects")
-
-
-async def _read_capped(
-    response: aiohttp.ClientResponse, max_bytes: int | None, charge: _AttemptCharge
-) -> bytes:
-    declared = response.content_length
-    if max_bytes is not None and declared is not None and declared > max_bytes:
-        response.close()
-        raise TooLargeError(
-            f"Content-Length of {declared} bytes exceeds the {max_bytes}-byte limit"
-        )
-    if declared is not None:
-        # aiohttp stops at the declared length, so the cap already holds: read in one buffer
-        # rather than joining chunks (a copy of the whole payload).
-        try:
-            charge.take(declared)
-        except TooLargeError:
-            response.close()
-            raise
-        body = await response.read()
-        if len(body) != declared:
-            raise aiohttp.ClientPayloadError(
-                f"body of {len(body)} bytes, but Content-Length said {declared}"
-            )
-        return body
-    chunks: list[bytes] = []
-    received = 0
-    async for chunk in response.content.iter_any():
-        received += len(chunk)
-        if max_bytes is not None and received > max_bytes:
-            # Closing drops the connection, so the origin stops sending now.
-            response.close()
-            raise TooLargeError(f"body exceeds the {max_bytes}-byte limit")
-        try:
-            charge.take(len(chunk))
-        except TooLargeError:
-            response.close()
-            raise
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 __all__ = ["MAX_REDIRECT_HOPS", "DownloadRequest", "download"]

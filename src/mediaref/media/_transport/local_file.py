@@ -54,20 +54,30 @@ class LocalMediaRoot:
         return real
 
     def read(self, real_path: str, max_bytes: int | None) -> bytes:
-        """Read a path returned by :meth:`resolve`; a file over ``max_bytes`` is not read at all."""
+        """Read a path returned by :meth:`resolve`; a file over ``max_bytes`` is not read at all.
+
+        The descriptor is owned from the moment it is opened: whatever the checks refuse (a
+        directory, a FIFO, a device), it is closed, so refused requests cannot leak descriptors.
+        """
         fd = self._open(real_path)
-        with open(fd, "rb") as file:
-            info = os.fstat(file.fileno())
+        try:
+            info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):
                 raise IsADirectoryError(errno.EISDIR, "is a directory")
             if not stat.S_ISREG(info.st_mode):
+                # FIFOs, sockets and devices (/dev/zero never ends) are not media files.
                 raise ValueError("not a regular file")
             if max_bytes is not None and info.st_size > max_bytes:
                 raise TooLargeError(
                     f"file of {info.st_size} bytes exceeds the {max_bytes}-byte limit"
                 )
-            data = file.read() if max_bytes is None else file.read(max_bytes + 1)
-        if max_bytes is not None and len(data) > max_bytes:  # it grew after fstat
+            # Read to EOF but never past the cap: files under /proc report st_size 0, and a
+            # file may grow after fstat.
+            with open(fd, "rb", closefd=False) as file:
+                data = file.read() if max_bytes is None else file.read(max_bytes + 1)
+        finally:
+            os.close(fd)
+        if max_bytes is not None and len(data) > max_bytes:
             raise TooLargeError(f"file exceeds the {max_bytes}-byte limit")
         return data
 

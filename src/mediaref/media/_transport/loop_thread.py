@@ -28,7 +28,11 @@ class _LoopThread:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, name="mediaref-fetch-loop", daemon=True)
-        self.thread.start()
+        try:
+            self.thread.start()
+        except BaseException:
+            self.loop.close()  # its self-pipe descriptors go back; the next fetch tries again
+            raise
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -73,7 +77,11 @@ def _stop_current() -> None:
 
 def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run ``coro`` on the private loop and return its result (or raise its exception)."""
-    worker = _loop_thread()
+    try:
+        worker = _loop_thread()
+    except BaseException:
+        coro.close()  # never started: close it rather than leave "never awaited" behind
+        raise
     if threading.current_thread() is worker.thread:
         coro.close()
         raise RuntimeError(

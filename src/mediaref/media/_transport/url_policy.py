@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from yarl import URL
 
 from mediaref.media._transport import addresses
-from mediaref.media._transport.errors import RefusedError
+from mediaref.media._transport.errors import BadResponseError, RefusedError
 
 HTTP_SCHEMES = frozenset({"http", "https"})
 
@@ -57,6 +57,11 @@ class URLPolicy:
         domains = frozenset(canonical_host(d) for d in allowed_domains or ())
         return cls(domains or None, allow_private_ips)
 
+    def fingerprint(self) -> str:
+        """A stable text naming every rule, for keying what was fetched under this policy."""
+        domains = "*" if self.allowed_domains is None else ",".join(sorted(self.allowed_domains))
+        return f"private={int(self.allow_private_ips)};domains={domains}"
+
 
 def _check_parsers_agree(raw: str, url: URL) -> None:
     split = urlsplit(raw)
@@ -71,11 +76,19 @@ def _check_parsers_agree(raw: str, url: URL) -> None:
             raise ValueError("URL parsers disagree on its port")
 
 
+def _yarl_url(text: str) -> URL:
+    try:
+        return URL(text)
+    except (IndexError, TypeError) as exc:
+        # yarl's own bugs on hostile input ("http://[::1]@" raises IndexError) are malformed URLs.
+        raise ValueError(f"unparsable URL ({type(exc).__name__})") from None
+
+
 def parse_http_url(raw: str) -> URL:
     """Parse an http(s) URL as aiohttp will, rejecting one that urllib reads differently."""
     if _CONTROL_CHARS.search(raw):
         raise ValueError("control characters in the URL")
-    url = URL(raw)
+    url = _yarl_url(raw)
     if url.scheme not in HTTP_SCHEMES:
         raise RefusedError(f"scheme {url.scheme!r} is not http or https")
     if not url.raw_host:
@@ -85,13 +98,24 @@ def parse_http_url(raw: str) -> URL:
 
 
 def resolve_redirect(current: URL, location: str) -> URL:
-    """The next hop for a ``Location`` header, held to the same parsing rules as a request URL."""
+    """The next hop for a ``Location`` header, held to the same parsing rules as a request URL.
+
+    A hop off http(s) is refused by policy (``RefusedError``); a ``Location`` that does not parse,
+    has no host or reads differently to the two parsers is the origin's fault
+    (``BadResponseError``), not the client's.
+    """
+    shown = location[:200]
     if _CONTROL_CHARS.search(location):
         raise RefusedError("redirect Location contains control characters")
-    target = current.join(URL(location))
-    if target.scheme not in HTTP_SCHEMES:
-        raise RefusedError(f"redirect to {target.scheme!r} URL {location!r}")
-    _check_parsers_agree(location, target)
+    try:
+        target = current.join(_yarl_url(location))
+        if target.scheme not in HTTP_SCHEMES:
+            raise RefusedError(f"redirect to {target.scheme!r} URL {shown!r}")
+        if not target.raw_host:
+            raise ValueError("no host")
+        _check_parsers_agree(location, target)
+    except (ValueError, UnicodeError) as exc:  # yarl's and IDNA's too
+        raise BadResponseError(f"malformed redirect Location {shown!r}: {exc}") from None
     return target
 
 

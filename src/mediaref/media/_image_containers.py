@@ -1,0 +1,260 @@
+"""What JPEG, WebP and PNG files say about themselves in their container headers, read from bytes.
+
+A ref's key needs the image's size (for the pixel cap) and, when EXIF ImageIDs are trusted, the
+EXIF block; the three common formats state both in their first few segments, chunks or markers.
+Reading them here is cheaper than a Pillow open, and it keeps Pillow's open-time work out of
+fetch: its JPEG plugin parses every table, its WebP plugin sets up the whole animation decoder
+(reserving the canvas), and its PNG plugin inflates text chunks (up to 64 MB of them).
+
+Each reader returns None for a file it cannot follow; the caller then falls back to a Pillow
+header parse, which decides what a malformed file means.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+WEBP_HEADER_BYTES = 30  # RIFF header, first chunk header, and that chunk's size fields
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # not DHT, JPG, DAC
+_JPEG_STANDALONE_MARKERS = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length field
+_JPEG_SOS = b"\xff\xda"
+_PNG_COMPRESSED_TEXT = frozenset({b"zTXt", b"iTXt"})
+# The text keywords whose content Pillow turns into an orientation (EXIF, XMP).
+_PNG_TEXT_KEPT = frozenset({b"Raw profile type exif", b"XML:com.adobe.xmp"})
+
+
+@dataclass(frozen=True)
+class ContainerHeader:
+    """An image's format, its size as the header declares it, and its EXIF block if it has one."""
+
+    format: str
+    size: tuple[int, int]
+    exif: bytes | None = None
+    jpeg_scans: int = 0
+    """For a JPEG, an upper bound on its scans: libjpeg makes a pass over the image for each."""
+
+
+def webp_canvas_size(head: bytes) -> tuple[int, int] | None:
+    """The canvas size a WebP file declares in its first chunk's header, or None if not WebP."""
+    if len(head) < WEBP_HEADER_BYTES or head[:4] != b"RIFF" or head[8:12] != b"WEBP":
+        return None
+    chunk = head[12:16]
+    if chunk == b"VP8X":  # extended: 24-bit canvas width-1, height-1
+        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
+    if chunk == b"VP8L" and head[20] == 0x2F:  # lossless: 14-bit width-1, height-1
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":  # lossy key frame: 14-bit sizes
+        width, height = struct.unpack("<HH", head[26:30])
+        return width & 0x3FFF, height & 0x3FFF
+    return None
+
+
+def webp_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
+    """A WebP's canvas size and EXIF chunk from its RIFF chunk headers, or None if not WebP."""
+    size = webp_canvas_size(data[:WEBP_HEADER_BYTES])
+    if size is None:
+        return None
+    if not want_exif:
+        return ContainerHeader("WEBP", size)
+    offset, end = 12, min(len(data), 8 + int.from_bytes(data[4:8], "little"))
+    while offset + 8 <= end:
+        fourcc = data[offset : offset + 4]
+        length = int.from_bytes(data[offset + 4 : offset + 8], "little")
+        if fourcc == b"EXIF":
+            return ContainerHeader("WEBP", size, data[offset + 8 : offset + 8 + length])
+        offset += 8 + length + (length & 1)  # chunks are padded to an even length
+    return ContainerHeader("WEBP", size)
+
+
+def png_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
+    """A PNG's size (IHDR) and the eXIf chunk before its pixel data, or None if it won't walk.
+
+    An eXIf chunk after the pixel data is not looked for: Pillow reads those only by decoding
+    the image, and the key must never cost a decode.
+    """
+    if data[:8] != _PNG_SIGNATURE or data[12:16] != b"IHDR" or len(data) < 33:
+        return None
+    width, height = struct.unpack(">II", data[16:24])
+    if not (0 < width < 2**31 and 0 < height < 2**31):
+        return None
+    if not want_exif:
+        return ContainerHeader("PNG", (width, height))
+    offset = 33  # signature (8) + IHDR (4 length, 4 type, 13 body, 4 CRC)
+    while offset + 8 <= len(data):
+        length = int.from_bytes(data[offset : offset + 4], "big")
+        kind = data[offset + 4 : offset + 8]
+        body = data[offset + 8 : offset + 8 + length]
+        if len(body) != length or kind in (b"IDAT", b"IEND"):
+            break
+        if kind == b"eXIf":
+            return ContainerHeader("PNG", (width, height), body)
+        offset += 12 + length  # length, type, body, CRC
+    return ContainerHeader("PNG", (width, height))
+
+
+def png_without_compressed_text(data: bytes) -> bytes:
+    """``data`` without the compressed text chunks Pillow would inflate, if it has any.
+
+    Pillow inflates every zTXt and compressed iTXt chunk while reading a PNG, up to 1 MB each
+    and 64 MB an image, and keeps the text in ``info``, which the decoded image inherits: a
+    15 kB file became 16 MB in memory. Only two keywords can change the decoded pixels (they may
+    carry the orientation Pillow's ``getexif`` honours), so the first chunk of each is kept.
+    Returns ``data`` itself, uncopied, when there is nothing to drop or the chunks do not walk.
+    """
+    if data[:8] != _PNG_SIGNATURE:
+        return data
+    kept: list[bytes | memoryview] = []
+    view = memoryview(data)
+    offset, copied_to, seen = 8, 0, set()
+    while offset + 8 <= len(data):
+        length = int.from_bytes(data[offset : offset + 4], "big")
+        kind = data[offset + 4 : offset + 8]
+        end = offset + 12 + length
+        if end > len(data):
+            break
+        if kind in _PNG_COMPRESSED_TEXT:
+            keyword = bytes(view[offset + 8 : min(offset + 8 + 80, end)]).split(b"\0", 1)[0]
+            if keyword in _PNG_TEXT_KEPT and keyword not in seen:
+                seen.add(keyword)
+            else:
+                kept.append(view[copied_to:offset])
+                copied_to = end
+        if kind == b"IEND":
+            break
+        offset = end
+    if not kept:
+        return data
+    kept.append(view[copied_to:])
+    return b"".join(kept)
+
+
+def jpeg_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
+    """A JPEG's size, first EXIF block and scan count from its marker segments, or None.
+
+    None when the markers do not parse up to the frame header (SOF); the caller's full header
+    parse then decides what the file is.
+    """
+    if data[:2] != b"\xff\xd8":
+        return None
+    offset, end = 2, len(data)
+    exif: bytes | None = None
+    while offset + 4 <= end:
+        if data[offset] != 0xFF:
+            return None
+        marker = data[offset + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            offset += 1
+            continue
+        if marker in _JPEG_STANDALONE_MARKERS:
+            offset += 2
+            continue
+        length = int.from_bytes(data[offset + 2 : offset + 4], "big")
+        segment = data[offset + 4 : offset + 2 + length]
+        if length < 2 or len(segment) != length - 2:
+            return None
+        if want_exif and marker == 0xE1 and segment[:6] == b"Exif\x00\x00" and exif is None:
+            exif = segment
+        elif marker in _JPEG_SOF_MARKERS:
+            if len(segment) < 5:
+                return None
+            height = int.from_bytes(segment[1:3], "big")
+            width = int.from_bytes(segment[3:5], "big")
+            if not (width and height):
+                return None
+            scans = jpeg_scan_count(data, offset)
+            return ContainerHeader("JPEG", (width, height), exif, scans)
+        elif marker == 0xDA:  # start of scan before any frame header
+            return None
+        offset += 2 + length
+    return None
+
+
+def header_segments(data: bytes, limits: Mapping[str, int]) -> tuple[str, int] | None:
+    """The units Pillow's parser loops over in Python, counted up to the format's limit + 1.
+
+    JPEG: marker segments before the first scan (libjpeg reads the rest, in C). PNG: every
+    chunk (Pillow reads the ones before the pixels on open, each pixel chunk while decoding and
+    the rest after). GIF: blocks and sub-blocks before the first image. Each costs Pillow about
+    a microsecond of Python, each can be a few bytes long, and a file packed with empty ones
+    makes a header parse take tens of seconds. None for another format or unwalkable bytes.
+    """
+    if data[:2] == b"\xff\xd8":
+        return "JPEG", _jpeg_segments(data, limits["JPEG"])
+    if data[:8] == _PNG_SIGNATURE:
+        return "PNG", _png_chunks(data, limits["PNG"])
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "GIF", _gif_blocks(data, limits["GIF"])
+    return None
+
+
+def _jpeg_segments(data: bytes, limit: int) -> int:
+    offset, count = 2, 0
+    while offset + 4 <= len(data) and count <= limit:
+        if data[offset] != 0xFF:
+            break
+        marker = data[offset + 1]
+        if marker == 0xFF:
+            offset += 1
+            continue
+        count += 1
+        if marker in _JPEG_STANDALONE_MARKERS:
+            offset += 2
+            continue
+        if marker == 0xDA:  # the first scan: libjpeg takes over from here
+            break
+        offset += 2 + int.from_bytes(data[offset + 2 : offset + 4], "big")
+    return count
+
+
+def _png_chunks(data: bytes, limit: int) -> int:
+    offset, count = 8, 0
+    while offset + 8 <= len(data) and count <= limit:
+        count += 1
+        if data[offset + 4 : offset + 8] == b"IEND":
+            break
+        offset += 12 + int.from_bytes(data[offset : offset + 4], "big")
+    return count
+
+
+def _gif_blocks(data: bytes, limit: int) -> int:
+    flags = data[10] if len(data) > 10 else 0
+    offset = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # after the global palette
+    count = 0
+    while offset < len(data) and count <= limit and data[offset] == 0x21:  # an extension
+        offset += 2  # introducer and label
+        count += 1
+        while offset < len(data) and count <= limit:  # its sub-blocks, up to the empty one
+            size = data[offset]
+            offset += 1 + size
+            count += 1
+            if size == 0:
+                break
+    return count
+
+
+def jpeg_scan_count(data: bytes, frame_offset: int = 2) -> int:
+    """The start-of-scan markers after ``frame_offset`` (the first image's SOF): an upper bound.
+
+    In entropy-coded data a 0xFF byte is always followed by 0x00 or a restart marker, so every
+    0xFF 0xDA pair there is a real start of scan. The count also takes in pairs that other
+    segments hold by chance and the scans of images appended after the first (an MPO's, a gain
+    map's): it can only overcount, which no crafted file can turn into an undercount.
+    """
+    return data.count(_JPEG_SOS, frame_offset)
+
+
+__all__ = [
+    "WEBP_HEADER_BYTES",
+    "ContainerHeader",
+    "header_segments",
+    "jpeg_header",
+    "jpeg_scan_count",
+    "png_header",
+    "png_without_compressed_text",
+    "webp_canvas_size",
+    "webp_header",
+]
