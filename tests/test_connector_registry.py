@@ -25,14 +25,14 @@ from PIL import Image
 from mediaref import utils
 from mediaref.media._transport.http_client import MediaHTTPClient
 from mediaref.media.base import MediaIO, MediaRef
-from mediaref.media.connector import MEDIA_CONNECTOR_REGISTRY, MediaConnector
+from mediaref.media.connector import MEDIA_CONNECTOR_REGISTRY, MediaConnector, load_media_connector
 
 
 @pytest.fixture(autouse=True)
 def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Registrations made by a test disappear after it."""
     monkeypatch.setattr(
-        MEDIA_CONNECTOR_REGISTRY, "_classes", dict(MEDIA_CONNECTOR_REGISTRY._classes)
+        MEDIA_CONNECTOR_REGISTRY, "name2class", dict(MEDIA_CONNECTOR_REGISTRY.name2class)
     )
 
 
@@ -52,7 +52,8 @@ class TaggingConnector(MediaConnector):
 
 def test_http_is_the_default_connector() -> None:
     assert MEDIA_CONNECTOR_REGISTRY.get("http") is MediaConnector
-    assert type(MEDIA_CONNECTOR_REGISTRY.load()) is MediaConnector
+    assert type(load_media_connector()) is MediaConnector
+    assert type(MEDIA_CONNECTOR_REGISTRY.load("http")) is MediaConnector
 
 
 def test_environment_selects_a_registered_plugin_with_constructor_arguments(
@@ -60,7 +61,7 @@ def test_environment_selects_a_registered_plugin_with_constructor_arguments(
 ) -> None:
     MEDIA_CONNECTOR_REGISTRY.register("tagging")(TaggingConnector)
     monkeypatch.setenv("VLLM_MEDIA_CONNECTOR", "tagging")
-    loaded = MEDIA_CONNECTOR_REGISTRY.load(allowed_local_media_path=str(tmp_path), label="x")
+    loaded = load_media_connector(allowed_local_media_path=str(tmp_path), label="x")
     assert isinstance(loaded, TaggingConnector) and loaded.label == "x"
     assert loaded.allowed_local_media_path == str(tmp_path)
     assert "tagging" in MEDIA_CONNECTOR_REGISTRY and "tagging" in MEDIA_CONNECTOR_REGISTRY.names()
@@ -109,8 +110,10 @@ async def test_every_single_decoder_fetch_goes_through_load_from_url(
 
 def test_unknown_connector_name_lists_the_registered_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_MEDIA_CONNECTOR", "nope")
-    with pytest.raises(ValueError, match="unknown media connector 'nope'; registered: http"):
-        MEDIA_CONNECTOR_REGISTRY.load()
+    with pytest.raises(ValueError, match="unknown media connector 'nope'; registered: 'http'"):
+        load_media_connector()
+    with pytest.raises(AssertionError, match="Extension class nope not found"):  # as in vLLM
+        MEDIA_CONNECTOR_REGISTRY.load("nope")
 
 
 def test_a_name_cannot_be_taken_by_a_second_class() -> None:

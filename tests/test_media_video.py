@@ -24,7 +24,7 @@ from _video_samples import (
 )
 from PIL import Image
 
-import mediaref.video._pyav_decode as pyav_decode
+import mediaref.media.video._pyav_decode as pyav_decode
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media.base import derive_media_key
 from mediaref.media.image import ImageMediaIO
@@ -303,7 +303,8 @@ def test_unknown_backend_raises_as_vllms_registry_does() -> None:
 
 
 def test_pyav_is_registered_as_the_default() -> None:
-    assert VIDEO_LOADER_REGISTRY.load("pyav") is PyAVVideoBackend
+    assert VIDEO_LOADER_REGISTRY.get("pyav") is PyAVVideoBackend
+    assert isinstance(VIDEO_LOADER_REGISTRY.load("pyav"), PyAVVideoBackend)  # vLLM builds one
     assert video_io().video_backend == "pyav"
 
 
@@ -343,7 +344,7 @@ def test_a_taken_backend_name_is_not_silently_replaced(recording_backend: Any) -
         class Impostor:
             pass
 
-    assert VIDEO_LOADER_REGISTRY.load("test-recording") is recording_backend
+    assert VIDEO_LOADER_REGISTRY.get("test-recording") is recording_backend
 
 
 # --- video/jpeg frame sequences ---------------------------------------------------------------

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 def _connector(connector: MediaConnector | None) -> MediaConnector:
     if connector is not None:
         return connector
-    from mediaref.media.connector import MEDIA_CONNECTOR_REGISTRY
+    from mediaref.media.connector import load_media_connector
 
-    return MEDIA_CONNECTOR_REGISTRY.load()
+    return load_media_connector()
 
 
 def fetch_image(

@@ -34,8 +34,8 @@ from _audio_samples import (
 from _memory import traced_peak
 
 from mediaref.exceptions import MediaTooLargeError
-from mediaref.media import _audio_pyav, _audio_soundfile
-from mediaref.media._audio_caps import AudioLimits
+from mediaref.media.audio import _pyav as _audio_pyav, _soundfile as _audio_soundfile
+from mediaref.media.audio._caps import AudioLimits
 from mediaref.media.audio import AudioMediaIO
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 

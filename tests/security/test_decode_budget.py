@@ -18,7 +18,7 @@ from _lazy_fixtures import image_bytes, image_prompt, make_processor
 from PIL import Image
 
 from mediaref.exceptions import MediaTooLargeError
-from mediaref.media._image_pixels import decoded_image_bytes
+from mediaref.media.image._pixels import decoded_image_bytes
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.media.decode import (
     MediaDecodeJob,

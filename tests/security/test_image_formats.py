@@ -22,7 +22,7 @@ from _memory import traced_peak
 from PIL import Image, ImageFile
 
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
-from mediaref.media._image_header import ACCEPTED_FORMATS, MAX_JPEG_SCANS
+from mediaref.media.image._header import ACCEPTED_FORMATS, MAX_JPEG_SCANS
 from mediaref.media.image import ImageMediaIO
 
 MiB = 1024 * 1024

@@ -29,8 +29,8 @@ from _video_samples import make_clip
 from PIL import Image
 
 from mediaref.exceptions import MediaTooLargeError
-from mediaref.media import _audio_pyav
-from mediaref.media._audio_caps import AudioLimits
+from mediaref.media.audio import _pyav as _audio_pyav
+from mediaref.media.audio._caps import AudioLimits
 from mediaref.media._pyav_open import (
     AUDIO_DEMUXERS,
     VIDEO_DEMUXERS,

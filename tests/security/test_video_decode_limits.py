@@ -23,9 +23,9 @@ from mediaref.media._pyav_mp4_index import INDEX_BYTES_PER_SAMPLE
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 from mediaref.media.image import ImageMediaIO
 from mediaref.media.video import VideoMediaIO
-from mediaref.video import _frame_limits
-from mediaref.video._frame_collector import FrameCollector
-from mediaref.video._pyav_container import open_video_stream
+from mediaref.media.video import _frame_limits
+from mediaref.media.video._frame_collector import FrameCollector
+from mediaref.media.video._pyav_container import open_video_stream
 
 MiB = 1 << 20
 FRAME_4K = 4096 * 4096 * 3  # one 4096x4096 RGB frame

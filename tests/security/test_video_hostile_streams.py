@@ -15,7 +15,7 @@ import av
 import pytest
 from _video_samples import make_clip, make_clip_with_timestamps, read_frame_index
 
-import mediaref.video._pyav_decode as pyav_decode
+import mediaref.media.video._pyav_decode as pyav_decode
 from mediaref.media.image import ImageMediaIO
 from mediaref.media.video import VideoMediaIO
 

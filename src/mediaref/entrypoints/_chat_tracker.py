@@ -22,9 +22,9 @@ from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import MultiModalDataDict, MultiModalUUIDDict
 from mediaref.media.base import MediaIO, MediaRef
 from mediaref.media.connector import (
-    MEDIA_CONNECTOR_REGISTRY,
     MediaConnector,
     MediaRequestDownloadBudget,
+    load_media_connector,
 )
 from mediaref.processing.context import BaseProcessingInfo, InputProcessingContext, ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY
@@ -134,7 +134,7 @@ class BaseMultiModalItemTracker:
     @property
     def connector(self) -> MediaConnector:
         if self._connector is None:
-            self._connector = MEDIA_CONNECTOR_REGISTRY.load(download_budget=self.download_budget)
+            self._connector = load_media_connector(download_budget=self.download_budget)
         return self._connector
 
     # -- decoders and limits -------------------------------------------------------------------

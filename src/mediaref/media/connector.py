@@ -53,10 +53,10 @@ from mediaref.media._transport.http_client import MediaHTTPClient, default_http_
 from mediaref.media._transport.http_download import DownloadRequest, download
 from mediaref.media._transport.local_file import LocalMediaRoot
 from mediaref.media._transport.loop_thread import run_sync
-from mediaref.media._transport.registry import ClassRegistry
 from mediaref.media._transport.url_policy import HTTP_SCHEMES, URLPolicy, parse_http_url
 from mediaref.media.base import MediaIO, MediaRef
 from mediaref.media.executor import get_media_executor
+from mediaref.media.extensions import ExtensionManager
 
 _M = TypeVar("_M")
 _V = TypeVar("_V")
@@ -138,9 +138,13 @@ class _Payload:
 # A planned load: an http(s) download, or a local read to run where blocking is acceptable.
 _Plan = DownloadRequest | Callable[[], _Payload]
 
-MEDIA_CONNECTOR_REGISTRY: ClassRegistry[MediaConnector] = ClassRegistry(
-    "media connector", default_setting="VLLM_MEDIA_CONNECTOR"
-)
+MEDIA_CONNECTOR_REGISTRY: ExtensionManager[MediaConnector] = ExtensionManager("media connector")
+"""Connector classes by name; a server builds ``VLLM_MEDIA_CONNECTOR``'s (default "http")."""
+
+
+def load_media_connector(*args: Any, **kwargs: Any) -> MediaConnector:
+    """The connector ``VLLM_MEDIA_CONNECTOR`` names, built with the arguments given."""
+    return MEDIA_CONNECTOR_REGISTRY.load(envs.VLLM_MEDIA_CONNECTOR, *args, **kwargs)
 
 
 @MEDIA_CONNECTOR_REGISTRY.register("http")
@@ -315,6 +319,7 @@ class MediaConnector:
 
 __all__ = [
     "MEDIA_CONNECTOR_REGISTRY",
+    "load_media_connector",
     "MediaConnector",
     "MediaRequestDownloadBudget",
     "MediaRequestDownloadSizeExceededError",

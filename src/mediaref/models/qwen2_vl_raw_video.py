@@ -41,7 +41,7 @@ class Qwen2VLRawVideoProcessingInfo(Qwen2VLProcessingInfo):
 
 def open_container_frames(container: bytes, num_frames: int) -> Any:
     """The processor's own container read: ``num_frames`` uniformly sampled RGB frames."""
-    frames, _metadata = VIDEO_LOADER_REGISTRY.load("pyav").load_bytes(container, num_frames=num_frames)
+    frames, _metadata = VIDEO_LOADER_REGISTRY.get("pyav").load_bytes(container, num_frames=num_frames)
     return frames
 
 

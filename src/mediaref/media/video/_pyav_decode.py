@@ -10,8 +10,8 @@ import av
 from av.container import InputContainer
 from av.video.stream import VideoStream
 
-from mediaref.video._frame_collector import FrameCollector
-from mediaref.video._pyav_container import FrameIndex, open_video_stream
+from mediaref.media.video._frame_collector import FrameCollector
+from mediaref.media.video._pyav_container import FrameIndex, open_video_stream
 
 # A seek flushes the decoder, throwing away the frames its threads hold in flight, and the demuxer
 # has to find its place again. Below this many skipped frames, decoding through is as cheap.

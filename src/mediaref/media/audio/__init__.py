@@ -23,7 +23,7 @@ Caps, all raising ``MediaTooLargeError`` (HTTP 413):
   output is allocated (:mod:`mediaref.media.decode_budget`).
 
 A non-positive environment value disables its cap. The output is written into one preallocated
-array (:mod:`mediaref.media._audio_pcm`), so a decode's peak memory is about its output.
+array (:mod:`mediaref.media.audio._pcm`), so a decode's peak memory is about its output.
 The PyAV fallback opens payloads through the audio allow-list of demuxers
 (:mod:`mediaref.media._pyav_open`): a payload naming other files or URLs is refused.
 """
@@ -38,9 +38,9 @@ import numpy.typing as npt
 
 from mediaref import envs
 from mediaref.exceptions import MediaTooLargeError
-from mediaref.media import _audio_pyav, _audio_soundfile
-from mediaref.media._audio_caps import AudioLimits, decode_bytes_cap
-from mediaref.media._audio_pcm import DecodeCharge
+from mediaref.media.audio import _pyav as _audio_pyav, _soundfile as _audio_soundfile
+from mediaref.media.audio._caps import AudioLimits, decode_bytes_cap
+from mediaref.media.audio._pcm import DecodeCharge
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 

@@ -33,7 +33,7 @@ import numpy as np
 from PIL import Image
 
 from mediaref import envs
-from mediaref.media._video_raw_bytes import (
+from mediaref.media.video._raw_bytes import (
     JPEG_FRAMES_MEDIA_TYPE,
     RawBytesVideoMediaIO,
     is_jpeg_frames,
@@ -41,14 +41,20 @@ from mediaref.media._video_raw_bytes import (
 )
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
-from mediaref.video import (
+from mediaref.media.video._pyav import PyAVVideoBackend  # importing it registers "pyav"
+from mediaref.media.video.loader_registry import (
     VIDEO_LOADER_REGISTRY,
     VideoFrames,
     VideoLoader,
+    VideoLoaderRegistry,
     VideoMetadata,
 )
-from mediaref.video._jpeg_frames import JPEG_FRAMES_BACKEND, load_jpeg_frames
-from mediaref.video._sampling import validate_fps, validate_num_frames
+from mediaref.media.video._jpeg_frames import (
+    DEFAULT_JPEG_FRAMES_FPS,
+    JPEG_FRAMES_BACKEND,
+    load_jpeg_frames,
+)
+from mediaref.media.video._sampling import sample_frame_indices, validate_fps, validate_num_frames
 
 if TYPE_CHECKING:
     from mediaref.media.image import ImageMediaIO
@@ -71,7 +77,7 @@ class VideoMediaIO(MediaIO[tuple[VideoFrames, VideoMetadata]]):
         backend = kwargs.pop("video_backend", None)
         self.video_backend: str = backend or envs.VLLM_VIDEO_LOADER_BACKEND
         self.fps = validate_fps(kwargs.pop("fps", None))
-        self.video_loader: type[VideoLoader] = VIDEO_LOADER_REGISTRY.load(self.video_backend)
+        self.video_loader: type[VideoLoader] = VIDEO_LOADER_REGISTRY.get(self.video_backend)
         self.kwargs = kwargs
         _check_loader_options(self.video_loader, self.video_backend, kwargs)
         self._spec = DecodeSpec(
@@ -175,4 +181,16 @@ def _check_loader_options(loader: type[VideoLoader], backend: str, options: dict
         )
 
 
-__all__ = ["RawBytesVideoMediaIO", "VideoMediaIO"]
+__all__ = [
+    "DEFAULT_JPEG_FRAMES_FPS",
+    "VIDEO_LOADER_REGISTRY",
+    "PyAVVideoBackend",
+    "RawBytesVideoMediaIO",
+    "VideoFrames",
+    "VideoLoader",
+    "VideoLoaderRegistry",
+    "VideoMediaIO",
+    "VideoMetadata",
+    "load_jpeg_frames",
+    "sample_frame_indices",
+]

@@ -17,15 +17,15 @@ import numpy as np
 import torch
 from PIL.Image import Image
 
-from mediaref._audio_resample import AudioNormalizer, AudioResampleMethod, AudioResampler
-from mediaref._parse_embeddings import AudioEmbeddingItems, ImageEmbeddingItems, VideoEmbeddingItems
-from mediaref._parse_items import (
+from mediaref.parse._audio import AudioNormalizer, AudioResampleMethod, AudioResampler
+from mediaref.parse._embeddings import AudioEmbeddingItems, ImageEmbeddingItems, VideoEmbeddingItems
+from mediaref.parse._items import (
     AudioProcessorItems,
     ImageProcessorItems,
     ModalityDataItems,
     MultiModalDataItems,
 )
-from mediaref._parse_video import VIDEO_METADATA_REQUIRED_MESSAGE, VideoProcessorItems
+from mediaref.parse._video import VIDEO_METADATA_REQUIRED_MESSAGE, VideoProcessorItems
 from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import ModalityData, MultiModalDataDict
 from mediaref.media.base import MediaRef

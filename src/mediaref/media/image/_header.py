@@ -39,7 +39,7 @@ from PIL import ExifTags, Image, ImageFile, PngImagePlugin, UnidentifiedImageErr
 
 from mediaref import envs
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
-from mediaref.media._image_containers import (
+from mediaref.media.image._containers import (
     WEBP_HEADER_BYTES,
     ContainerHeader,
     header_segments,

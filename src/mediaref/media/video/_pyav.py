@@ -7,9 +7,9 @@ from typing import ClassVar
 import av
 
 from mediaref.media._pyav_open import UnsupportedContainerError
-from mediaref.video._frame_collector import FrameCollector
-from mediaref.video._frame_limits import max_frame_pixels
-from mediaref.video._pyav_container import (
+from mediaref.media.video._frame_collector import FrameCollector
+from mediaref.media.video._frame_limits import max_frame_pixels
+from mediaref.media.video._pyav_container import (
     FrameIndex,
     VideoUnreadableError,
     header_fps,
@@ -17,14 +17,14 @@ from mediaref.video._pyav_container import (
     header_size,
     index_frames,
 )
-from mediaref.video._pyav_decode import (
+from mediaref.media.video._pyav_decode import (
     FrameDecoder,
     TimestampsUnusableError,
     decode_by_timestamp,
     decode_sequentially,
 )
-from mediaref.video._registry import VIDEO_LOADER_REGISTRY, VideoFrames, VideoMetadata
-from mediaref.video._sampling import (
+from mediaref.media.video.loader_registry import VIDEO_LOADER_REGISTRY, VideoFrames, VideoMetadata
+from mediaref.media.video._sampling import (
     ALL_FRAMES,
     sample_frame_indices,
     validate_fps,

@@ -19,11 +19,11 @@ import pybase64
 from PIL import Image
 
 from mediaref.exceptions import MediaRefError, MediaTooLargeError
-from mediaref.media._image_header import PAYLOAD_ERRORS, open_image_header
+from mediaref.media.image import read_image_size
 from mediaref.media.decode_budget import decode_budget_scope
-from mediaref.video._frame_limits import charge_rgb_frames
-from mediaref.video._registry import VideoFrames, VideoMetadata
-from mediaref.video._sampling import ALL_FRAMES
+from mediaref.media.video._frame_limits import charge_rgb_frames
+from mediaref.media.video.loader_registry import VideoFrames, VideoMetadata
+from mediaref.media.video._sampling import ALL_FRAMES
 
 if TYPE_CHECKING:
     from mediaref.media.base import DecodeSpec
@@ -95,11 +95,6 @@ def load_jpeg_frames(
     return frames, metadata
 
 
-# What a frame's header read raises for bytes that are not a frame we decode: Pillow's plugins'
-# failures, and the image decoder's own refusals (a format it does not accept, 422).
-_FRAME_HEADER_ERRORS: tuple[type[Exception], ...] = (MediaRefError, *PAYLOAD_ERRORS)
-
-
 def _common_pixel_count(parts: list[bytes]) -> int:
     """Every frame's header, read before any pixel is decoded: the pixels each frame has.
 
@@ -109,15 +104,11 @@ def _common_pixel_count(parts: list[bytes]) -> int:
     common: int | None = None
     for position, part in enumerate(parts):
         try:
-            header = open_image_header(_base64_frame(part))
+            width, height = read_image_size(_base64_frame(part))
         except MediaTooLargeError:
             raise  # a frame over the pixel cap keeps its own type (and HTTP status)
-        except _FRAME_HEADER_ERRORS as exc:  # e.g. a format images refuse
+        except (ValueError, binascii.Error) as exc:  # e.g. a format images refuse
             raise _frame_failure(position, exc) from exc
-        try:
-            width, height = header.image.size
-        finally:
-            header.close()
         if common is None:
             common = width * height
         elif width * height != common:

@@ -15,8 +15,8 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf  # type: ignore[import-untyped]
 
-from mediaref.media._audio_caps import PCM_SAMPLE_BYTES, AudioLimits, check_stream_shape
-from mediaref.media._audio_pcm import DecodeCharge, PcmBuffer
+from mediaref.media.audio._caps import PCM_SAMPLE_BYTES, AudioLimits, check_stream_shape
+from mediaref.media.audio._pcm import DecodeCharge, PcmBuffer
 
 # What soundfile raises for bytes it cannot open or read: LibsndfileError and its kin derive from
 # RuntimeError; ValueError and OSError cover the Python-side checks and the BytesIO adapter.

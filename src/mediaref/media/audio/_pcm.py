@@ -10,7 +10,7 @@ peak is about the output plus one block.
 
 Every allocation is charged first to the request's decoded-bytes budget
 (:func:`~mediaref.media.decode_budget.charge_decoded_bytes`), and no block is taken that would
-pass the caps of :class:`~mediaref.media._audio_caps.AudioLimits`.
+pass the caps of :class:`~mediaref.media.audio._caps.AudioLimits`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from mediaref.media._audio_caps import AudioLimits, check_stream_shape, pcm_bytes
+from mediaref.media.audio._caps import AudioLimits, check_stream_shape, pcm_bytes
 from mediaref.media.decode_budget import charge_decoded_bytes
 
 FloatArray = npt.NDArray[np.float32]

@@ -44,14 +44,14 @@ from PIL import Image, ImageMode
 
 from mediaref import envs
 from mediaref.exceptions import MediaRefError
-from mediaref.media._image_containers import (
+from mediaref.media.image._containers import (
     WEBP_HEADER_BYTES,
     jpeg_header,
     png_header,
     webp_canvas_size,
     webp_header,
 )
-from mediaref.media._image_header import (
+from mediaref.media.image._header import (
     PAYLOAD_ERRORS,
     ImageHeader,
     check_container_header,
@@ -62,7 +62,7 @@ from mediaref.media._image_header import (
     pillow_refusal,
     read_exif_image_id,
 )
-from mediaref.media._image_pixels import (
+from mediaref.media.image._pixels import (
     BackgroundColor,
     convert_image_mode,
     decode_first_frame,
@@ -210,6 +210,27 @@ class ImageMediaIO(MediaIO[Image.Image]):
         )
 
 
+def read_image_size(data: bytes) -> tuple[int, int]:
+    """The ``(width, height)`` an encoded image's header declares; no pixel is decoded.
+
+    Read as a fetch reads it: the format allow-list, the header-work limits and
+    ``VLLM_MAX_IMAGE_PIXELS`` apply. Raises :class:`MediaTooLargeError` over the pixel cap, and a
+    ``ValueError`` for a header that will not parse or a format that is refused. For decoders
+    built on images (a ``video/jpeg`` sequence's frames) that must size their output first.
+    """
+    try:
+        header = open_image_header(data)
+    except MediaRefError:
+        raise
+    except PAYLOAD_ERRORS as exc:
+        raise _decode_failure(exc) from exc
+    try:
+        width, height = header.image.size
+    finally:
+        header.close()
+    return width, height
+
+
 def _decode_failure(exc: Exception) -> ValueError:
     """The one mapping of Pillow's exceptions for a payload that won't decode."""
     return ValueError(f"Failed to decode image: {str(exc) or type(exc).__name__}")
@@ -238,4 +259,4 @@ def _validated_background_color(color: Sequence[int]) -> BackgroundColor:
     return (color[0], color[1], color[2])
 
 
-__all__ = ["ImageMediaIO"]
+__all__ = ["ImageMediaIO", "read_image_size"]

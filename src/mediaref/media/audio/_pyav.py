@@ -15,8 +15,8 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-from mediaref.media._audio_caps import AudioLimits, check_stream_shape
-from mediaref.media._audio_pcm import DecodeCharge, PcmBuffer
+from mediaref.media.audio._caps import AudioLimits, check_stream_shape
+from mediaref.media.audio._pcm import DecodeCharge, PcmBuffer
 from mediaref.media._pyav_open import open_input
 
 # FFmpegError covers libav's failures; ValueError our own "no audio" findings (and metadata that

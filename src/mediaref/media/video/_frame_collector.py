@@ -5,7 +5,7 @@ from __future__ import annotations
 import av
 import numpy as np
 
-from mediaref.video._frame_limits import charge_rgb_frames, check_frame_size
+from mediaref.media.video._frame_limits import charge_rgb_frames, check_frame_size
 
 # Frames added at least per growth when a stream yields more frames than its packet index counted.
 _MIN_GROWTH_FRAMES = 8

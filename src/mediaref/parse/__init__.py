@@ -11,15 +11,15 @@ normalization (``_audio_resample``).
 
 from __future__ import annotations
 
-from mediaref._audio_resample import AudioResampler
-from mediaref._parse_embeddings import (
+from mediaref.parse._audio import AudioResampler
+from mediaref.parse._embeddings import (
     AudioEmbeddingItems,
     DictEmbeddingItems,
     EmbeddingItems,
     ImageEmbeddingItems,
     VideoEmbeddingItems,
 )
-from mediaref._parse_items import (
+from mediaref.parse._items import (
     AudioProcessorItems,
     ImageProcessorItems,
     ImageSize,
@@ -27,8 +27,8 @@ from mediaref._parse_items import (
     MultiModalDataItems,
     ProcessorBatchItems,
 )
-from mediaref._parse_parser import ModalityDataParser, MultiModalDataParser
-from mediaref._parse_video import VideoProcessorItems
+from mediaref.parse._parser import ModalityDataParser, MultiModalDataParser
+from mediaref.parse._video import VideoProcessorItems
 
 __all__ = [
     "AudioEmbeddingItems",

@@ -11,7 +11,7 @@ from av.container import InputContainer
 from av.video.stream import VideoStream
 
 from mediaref.media._pyav_open import open_input
-from mediaref.video._frame_limits import check_frame_size, decoder_thread_count
+from mediaref.media.video._frame_limits import check_frame_size, decoder_thread_count
 
 
 class VideoUnreadableError(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mediaref._parse_items import ImageSize, ProcessorBatchItems, image_size_of
+from mediaref.parse._items import ImageSize, ProcessorBatchItems, image_size_of
 
 VIDEO_METADATA_REQUIRED_MESSAGE = (
     "Video metadata is required but not found in mm input. "

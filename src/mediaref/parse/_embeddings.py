@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import torch
 
-from mediaref._parse_items import ModalityDataItems
+from mediaref.parse._items import ModalityDataItems
 from mediaref.inputs import MultiModalFieldElem, MultiModalKwargsItem, MultiModalKwargsItems
 
 
