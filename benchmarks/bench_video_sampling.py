@@ -20,7 +20,7 @@ from fractions import Fraction
 import av
 import numpy as np
 
-import mediaref.video._pyav_decode as pyav_decode
+import mediaref.media.video._pyav_decode as pyav_decode
 from mediaref.video import PyAVVideoBackend
 
 

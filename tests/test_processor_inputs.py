@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from _counting import CountingDecoder
+from mediaref.exceptions import VLLMValidationError
 from mediaref.hasher import MultiModalHasher
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.parse import ImageProcessorItems, MultiModalDataItems, MultiModalDataParser
@@ -117,8 +118,9 @@ def test_none_item_needs_a_uuid() -> None:
 
 
 def test_uuid_list_length_must_match() -> None:
-    with pytest.raises(ValueError, match="has 2 entries but there are 1 image items"):
+    with pytest.raises(VLLMValidationError, match=r"has 2 entries for 1 image item\(s\)") as caught:
         inputs({"image": image_ref()}, mm_uuids={"image": ["a", "b"]}).get_mm_hashes("m")
+    assert caught.value.parameter == "multi_modal_uuids"
 
 
 def test_model_id_enters_every_hash() -> None:

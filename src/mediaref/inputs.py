@@ -6,6 +6,7 @@ media stays encoded until the processor decides it must decode it.
 
 from __future__ import annotations
 
+import sys
 from collections import UserDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -90,16 +91,23 @@ class MultiModalFieldElem:
     kind: FieldKind
 
 
-def _nbytes(value: Any) -> int:
+def estimate_nbytes(value: object) -> int:
+    """The bytes ``value`` holds: the one estimate the processor caches budget with.
+
+    Tensors and arrays count their buffers (``sys.getsizeof`` sees only a tensor's Python shell),
+    objects with an ``nbytes`` (a :class:`MultiModalKwargsItem`) report it, containers sum their
+    contents, and anything else counts as ``sys.getsizeof``.
+    """
     if isinstance(value, torch.Tensor):
         return value.element_size() * value.nelement()
-    if isinstance(value, np.ndarray):
-        return int(value.nbytes)
-    if isinstance(value, (list, tuple)):
-        return sum(_nbytes(v) for v in value)
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, (int, np.integer)):
+        return int(nbytes)
     if isinstance(value, Mapping):
-        return sum(_nbytes(v) for v in value.values())
-    return 64  # scalars and small objects: a flat estimate keeps the cache budget honest enough
+        return sum(estimate_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(estimate_nbytes(v) for v in value)
+    return sys.getsizeof(value)
 
 
 class MultiModalKwargsItem(UserDict[str, MultiModalFieldElem]):
@@ -121,7 +129,7 @@ class MultiModalKwargsItem(UserDict[str, MultiModalFieldElem]):
 
     @property
     def nbytes(self) -> int:
-        return sum(_nbytes(elem.data) for elem in self.data.values())
+        return sum(estimate_nbytes(elem.data) for elem in self.data.values())
 
 
 def _batch_field(elems: Sequence[MultiModalFieldElem]) -> Any:
@@ -176,6 +184,7 @@ class MultiModalInputs(TypedDict, total=False):
 
 
 __all__ = [
+    "estimate_nbytes",
     "AudioItem",
     "FieldKind",
     "HfAudioItem",

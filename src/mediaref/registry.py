@@ -111,12 +111,9 @@ class MultiModalRegistry:
         self, model_config: ModelConfig
     ) -> BaseMultiModalProcessorCache | None:
         """A processor-only output cache sized by ``mm_processor_cache_gb``; None when it is 0."""
-        from mediaref.cache import MultiModalProcessorOnlyCache
-        from mediaref.cache._lru import capacity_bytes_from_gb
+        from mediaref.cache.factories import processor_cache_from_config
 
-        if capacity_bytes_from_gb(model_config.mm_processor_cache_gb) == 0:
-            return None
-        return MultiModalProcessorOnlyCache(model_config.mm_processor_cache_gb)
+        return processor_cache_from_config(model_config)
 
     def create_processor(
         self,

@@ -29,8 +29,11 @@ from mediaref.cache._items import (
 )
 from mediaref.cache._mirror import MultiModalProcessorSenderCache, MultiModalReceiverCache
 from mediaref.cache._processor_only import MultiModalProcessorOnlyCache
+from mediaref.cache.factories import processor_cache_from_config, processor_only_cache_from_config
 
 __all__ = [
+    "processor_cache_from_config",
+    "processor_only_cache_from_config",
     "BaseMultiModalCache",
     "BaseMultiModalProcessorCache",
     "BaseMultiModalReceiverCache",

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mediaref.cache._lru import estimate_nbytes
+from mediaref.inputs import estimate_nbytes
 from mediaref.inputs import MultiModalKwargsItem
 
 PROMPT_UPDATE_NBYTES = 256

@@ -7,7 +7,6 @@ evicts nothing (cachetools itself would raise ``ValueError("value too large")``)
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -16,28 +15,12 @@ import cachetools
 
 from mediaref import envs
 from mediaref.exceptions import VLLMValidationError
+from mediaref.inputs import estimate_nbytes
 
 _K = TypeVar("_K", bound=Hashable)
 _V = TypeVar("_V")
 
 GiB_bytes = 1 << 30
-
-
-def estimate_nbytes(value: object) -> int:
-    """The bytes ``value`` holds, for any value a cache may store.
-
-    Tensors, arrays and :class:`~mediaref.inputs.MultiModalKwargsItem` report ``nbytes``
-    themselves (``sys.getsizeof`` sees only a tensor's Python shell); containers sum their
-    contents; anything else falls back to ``sys.getsizeof``.
-    """
-    nbytes = getattr(value, "nbytes", None)
-    if isinstance(nbytes, int):
-        return nbytes
-    if isinstance(value, Mapping):
-        return sum(estimate_nbytes(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(estimate_nbytes(v) for v in value)
-    return sys.getsizeof(value)
 
 
 def capacity_bytes_from_gb(mm_processor_cache_gb: float | None) -> int:

@@ -15,7 +15,7 @@ from mediaref.cache._items import (
     MultiModalProcessorCacheItemMetadata,
     MultiModalProcessorCacheOutItem,
 )
-from mediaref.cache._lru import estimate_nbytes
+from mediaref.inputs import estimate_nbytes
 from mediaref.inputs import MultiModalKwargsItem
 
 

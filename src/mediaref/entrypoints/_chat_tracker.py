@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -72,6 +72,16 @@ class _Item:
     ref: MediaRef[Any] | None = None
 
 
+# What a fetch is for -> the connector's method for it, sync and async. The named fetch_* methods
+# (not load_from_url), so a registered connector's overrides apply.
+_FETCH_METHODS: dict[str, tuple[Callable[[MediaConnector], Any], Callable[[MediaConnector], Any]]] = {
+    "image": (lambda c: c.fetch_image, lambda c: c.fetch_image_async),
+    "video": (lambda c: c.fetch_video, lambda c: c.fetch_video_async),
+    "audio": (lambda c: c.fetch_audio, lambda c: c.fetch_audio_async),
+    "video_and_audio": (lambda c: c.fetch_video_and_audio, lambda c: c.fetch_video_and_audio_async),
+}
+
+
 @dataclass(frozen=True)
 class _Fetch:
     """One download and the items it fills: one item, or a video and its audio track."""
@@ -79,12 +89,14 @@ class _Fetch:
     url: str
     media_ios: tuple[MediaIO[Any], ...]
     items: tuple[_Item, ...]
-    method: str
-    """The connector's fetch method: ``fetch_image``, ..., ``fetch_video_and_audio``."""
+    target: str
+    """What is fetched: a modality, or ``"video_and_audio"`` (one download, two refs)."""
 
-    def connector_method(self, connector: MediaConnector, suffix: str) -> Any:
-        # The named fetch_* methods (not load_from_url), so a registered connector's overrides apply.
-        return getattr(connector, self.method + suffix)
+    def run(self, connector: MediaConnector) -> Any:
+        return _FETCH_METHODS[self.target][0](connector)(self.url, *self.media_ios)
+
+    def run_async(self, connector: MediaConnector) -> Any:
+        return _FETCH_METHODS[self.target][1](connector)(self.url, *self.media_ios)
 
     def store(self, fetched: MediaRef[Any] | tuple[MediaRef[Any], ...]) -> None:
         refs = fetched if isinstance(fetched, tuple) else (fetched,)
@@ -210,7 +222,7 @@ class BaseMultiModalItemTracker:
             return self._append(modality, uuid)[0]
         media_io = self.get_media_io(modality)
         index, item = self._append(modality, uuid)
-        self._pending.append(_Fetch(url, (media_io,), (item,), f"fetch_{modality}"))
+        self._pending.append(_Fetch(url, (media_io,), (item,), modality))
         return index
 
     def add_video_with_audio(
@@ -227,7 +239,7 @@ class BaseMultiModalItemTracker:
         audio_uuid = None if uuid is None else uuid + AUDIO_IN_VIDEO_UUID_SUFFIX
         audio_index, audio = self._append("audio", audio_uuid)
         if url is not None and media_ios is not None:
-            self._pending.append(_Fetch(url, media_ios, (video, audio), "fetch_video_and_audio"))
+            self._pending.append(_Fetch(url, media_ios, (video, audio), "video_and_audio"))
         return video_index, audio_index
 
     def placeholder(self, modality: str, index: int) -> str:
@@ -268,7 +280,7 @@ class MultiModalItemTracker(BaseMultiModalItemTracker):
 
     def _fetch_pending(self) -> None:
         for fetch in self._take_pending():
-            fetch.store(fetch.connector_method(self.connector, "")(fetch.url, *fetch.media_ios))
+            fetch.store(fetch.run(self.connector))
 
 
 class AsyncMultiModalItemTracker(BaseMultiModalItemTracker):
@@ -278,10 +290,7 @@ class AsyncMultiModalItemTracker(BaseMultiModalItemTracker):
         pending = self._take_pending()
         connector = self.connector
         results = await asyncio.gather(
-            *(
-                fetch.connector_method(connector, "_async")(fetch.url, *fetch.media_ios)
-                for fetch in pending
-            ),
+            *(fetch.run_async(connector) for fetch in pending),
             # Every fetch runs to its end before a failure is raised: no download is left
             # running unobserved behind an error that has already reached the client.
             return_exceptions=True,

@@ -25,6 +25,17 @@ _U = TypeVar("_U")
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
+JPEG_FRAMES_MEDIA_TYPE = "video/jpeg"
+"""The ``data:`` media type of a video sent as base64 JPEG frames joined by commas (vLLM's form).
+
+Its payload is not one base64 blob: the connector hands the text to the decoders as is
+(:meth:`MediaIO.load_base64_ref`), and the video decoder splits it."""
+
+
+def is_jpeg_frames(media_type: str) -> bool:
+    """Whether ``media_type`` names the base64 JPEG frame sequence form."""
+    return media_type.strip().lower() == JPEG_FRAMES_MEDIA_TYPE
+
 
 def _check_setting(path: str, value: Any) -> None:
     """Reject what canonical JSON cannot carry exactly, with the setting's path in the message."""
@@ -314,4 +325,6 @@ class MediaIO(ABC, Generic[_T]):
         return self.load_bytes_ref(Path(filepath).read_bytes())
 
 
-__all__ = ["DecodeSpec", "MediaIO", "MediaRef", "derive_identity_key", "derive_media_key"]
+__all__ = [
+    "JPEG_FRAMES_MEDIA_TYPE",
+    "is_jpeg_frames","DecodeSpec", "MediaIO", "MediaRef", "derive_identity_key", "derive_media_key"]

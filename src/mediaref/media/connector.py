@@ -54,7 +54,7 @@ from mediaref.media._transport.http_download import DownloadRequest, download
 from mediaref.media._transport.local_file import LocalMediaRoot
 from mediaref.media._transport.loop_thread import run_sync
 from mediaref.media._transport.url_policy import HTTP_SCHEMES, URLPolicy, parse_http_url
-from mediaref.media.base import MediaIO, MediaRef
+from mediaref.media.base import MediaIO, MediaRef, is_jpeg_frames
 from mediaref.media.executor import get_media_executor
 from mediaref.media.extensions import ExtensionManager
 
@@ -68,8 +68,6 @@ _FETCH_TIMEOUT_SETTINGS = {
     "audio": "VLLM_AUDIO_FETCH_TIMEOUT",
 }
 _MAX_SCHEME_CHARS = 32
-# data: URLs of this type carry base64 JPEG frames; the video decoder owns that form.
-_BASE64_FRAMES_MEDIA_TYPE = "video/jpeg"
 
 
 def _scheme_of(url: str) -> str:
@@ -224,7 +222,7 @@ class MediaConnector:
     def _read_data_url(url: str, max_bytes: int | None) -> _Payload:
         with transport_errors(url):
             parsed = parse_data_url(url)
-            if parsed.media_type == _BASE64_FRAMES_MEDIA_TYPE:
+            if is_jpeg_frames(parsed.media_type):  # the video decoder owns that form
                 parsed.check_size(max_bytes)  # the frames' decoded size, bounded without decoding
                 return _Payload(base64_form=parsed)
             # Decoded once here, however many decoders share the payload.

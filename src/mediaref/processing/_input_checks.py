@@ -9,6 +9,7 @@ from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import MultiModalDataDict, MultiModalUUIDDict
 from mediaref.media.base import MediaRef
 from mediaref.parse import MultiModalDataItems
+from mediaref.processing.inputs import mm_uuids_for
 
 
 def _items_of(data: Any) -> list[Any]:
@@ -62,13 +63,12 @@ def validate_mm_uuids(mm_items: MultiModalDataItems, mm_uuids: MultiModalUUIDDic
     for modality, uuids in (mm_uuids or {}).items():
         if uuids is None:
             continue
-        given = 1 if isinstance(uuids, str) else len(uuids)
-        if modality not in counts or given != counts[modality]:
+        if modality not in counts:
             raise VLLMValidationError(
-                f"multi_modal_uuids[{modality!r}] has {given} entries for "
-                f"{counts.get(modality, 0)} {modality} item(s)",
+                f"multi_modal_uuids[{modality!r}] is given but the request has no {modality} items",
                 parameter="multi_modal_uuids",
             )
+        mm_uuids_for(modality, mm_uuids, counts[modality])
 
 
 __all__ = ["fork_media_refs", "release_media_refs", "validate_mm_counts", "validate_mm_uuids"]

@@ -38,18 +38,24 @@ def _scoped_processor_kwargs(modality: str, kwargs: Mapping[str, object]) -> dic
     return {key: value for key, value in kwargs.items() if key not in others}
 
 
-def _uuids_for(
+def mm_uuids_for(
     modality: str, mm_uuids: MultiModalUUIDDict | None, count: int
 ) -> Sequence[str | None]:
+    """The client UUIDs of a modality's ``count`` items (None where the client gave none).
+
+    The one check that a client gave one UUID per item: a mismatch is a 400 naming
+    ``multi_modal_uuids``.
+    """
     given = (mm_uuids or {}).get(modality)
     if given is None:
         return [None] * count
     if isinstance(given, str):
         given = [given]
     if len(given) != count:
-        raise ValueError(
-            f"multi_modal_uuids[{modality!r}] has {len(given)} entries "
-            f"but there are {count} {modality} items"
+        raise VLLMValidationError(
+            f"multi_modal_uuids[{modality!r}] has {len(given)} entries for {count} "
+            f"{modality} item(s)",
+            parameter="multi_modal_uuids",
         )
     return given
 
@@ -107,7 +113,7 @@ class ProcessorInputs:
         hashes: MultiModalHashes = {}
         for modality, items in self.mm_data_items.items():
             count = items.get_count()
-            uuids = _uuids_for(modality, self.mm_uuids, count)
+            uuids = mm_uuids_for(modality, self.mm_uuids, count)
             hashes[modality] = [
                 self.get_mm_item_hash(modality, items.get_raw(i), uuids[i], model_id, hash_algorithm)
                 for i in range(count)
@@ -125,4 +131,4 @@ class ProcessorInputs:
         return not any(items.get_passthrough_data() for items in self.mm_data_items.values())
 
 
-__all__ = ["ProcessorInputs"]
+__all__ = ["ProcessorInputs", "mm_uuids_for"]

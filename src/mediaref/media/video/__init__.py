@@ -34,12 +34,10 @@ from PIL import Image
 
 from mediaref import envs
 from mediaref.media.video._raw_bytes import (
-    JPEG_FRAMES_MEDIA_TYPE,
     RawBytesVideoMediaIO,
-    is_jpeg_frames,
     video_max_bytes,
 )
-from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
+from mediaref.media.base import JPEG_FRAMES_MEDIA_TYPE, DecodeSpec, MediaIO, MediaRef, is_jpeg_frames
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 from mediaref.media.video._pyav import PyAVVideoBackend  # importing it registers "pyav"
 from mediaref.media.video.loader_registry import (

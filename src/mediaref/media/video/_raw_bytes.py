@@ -5,18 +5,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 from mediaref import envs
-from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
+from mediaref.media.base import JPEG_FRAMES_MEDIA_TYPE, DecodeSpec, MediaIO, MediaRef, is_jpeg_frames
 
-JPEG_FRAMES_MEDIA_TYPE = "video/jpeg"
 
 
 def video_max_bytes() -> int | None:
     """``MEDIAREF_MAX_VIDEO_FILESIZE_MB`` in bytes; None (no cap) when it is 0 or less."""
     return envs.size_cap_bytes("MEDIAREF_MAX_VIDEO_FILESIZE_MB")
-
-
-def is_jpeg_frames(media_type: str) -> bool:
-    return media_type.strip().lower() == JPEG_FRAMES_MEDIA_TYPE
 
 
 class RawBytesVideoMediaIO(MediaIO[bytes]):
