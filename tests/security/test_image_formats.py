@@ -17,13 +17,13 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from _image_samples import encode, gradient_rgb, png_bomb
-from _memory import traced_peak
-from PIL import Image, ImageFile
+from PIL import Image
 
+from _image_samples import encode, gradient_rgb, png_bomb
+from _memory import PixelWork, traced_peak
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
-from mediaref.media.image._header import ACCEPTED_FORMATS, MAX_JPEG_SCANS
 from mediaref.media.image import ImageMediaIO
+from mediaref.media.image._header import ACCEPTED_FORMATS, MAX_JPEG_SCANS
 
 MiB = 1024 * 1024
 
@@ -34,34 +34,6 @@ def _default_caps(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     # The first image work in a process imports Pillow's plugins: not the payload's allocations.
     ImageMediaIO().load_bytes(encode(gradient_rgb(2, 2), "PNG"))
-
-
-class PixelWork:
-    """Counts ImageFile.load calls and the image cores Pillow allocates (its pixel buffers)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        original_load = ImageFile.ImageFile.load
-
-        def counting_load(image: ImageFile.ImageFile) -> object:
-            self.loads += 1
-            return original_load(image)
-
-        monkeypatch.setattr(ImageFile.ImageFile, "load", counting_load)
-        self.loads = 0
-        self._start = self._cores()
-
-    @staticmethod
-    def _cores() -> int:
-        return int(Image.core.get_stats()["new_count"])  # type: ignore[attr-defined]
-
-    @property
-    def cores_allocated(self) -> int:
-        return self._cores() - self._start
-
-
-@pytest.fixture
-def pixel_work(monkeypatch: pytest.MonkeyPatch) -> PixelWork:
-    return PixelWork(monkeypatch)
 
 
 # --- crafted containers ------------------------------------------------------------------------
@@ -145,7 +117,9 @@ def _refused_format_samples() -> Iterator[object]:
     yield pytest.param(encode(gradient_rgb(16, 16), "DDS"), "DDS", id="DDS")
     yield pytest.param(encode(gradient_rgb(16, 16), "PPM"), "PPM", id="PPM")
     yield pytest.param(encode(gradient_rgb(16, 16), "QOI"), "QOI", id="QOI")
-    yield pytest.param(encode(gradient_rgb(16, 16).convert("RGBA"), "ICO"), "ICO", id="ICO-by-Pillow")
+    yield pytest.param(
+        encode(gradient_rgb(16, 16).convert("RGBA"), "ICO"), "ICO", id="ICO-by-Pillow"
+    )
     yield pytest.param(encode(gradient_rgb(16, 16), "JPEG2000"), "JPEG2000", id="JPEG2000")
     yield pytest.param(encode(gradient_rgb(16, 16), "AVIF"), "AVIF", id="AVIF")
 
@@ -248,20 +222,27 @@ def test_an_apng_frame_outside_its_canvas_is_a_decode_failure() -> None:
     fctl = data.index(b"fcTL")
     data[fctl + 8 : fctl + 16] = struct.pack(">II", 5000, 5000)  # first frame's width, height
     ref = ImageMediaIO().load_bytes_ref(bytes(data))  # the IHDR canvas is 8x8: fine at fetch
-    with pytest.raises(ValueError, match="^Failed to decode image: "):
+    with pytest.raises(ValueError, match=r"^Failed to decode image: "):
         ref.decode()
 
 
 # --- JPEG scans --------------------------------------------------------------------------------
 
 
-def test_a_jpeg_with_too_many_scans_is_refused_at_fetch() -> None:
+def test_a_jpeg_with_too_many_scans_is_refused_before_a_pixel_is_decoded(
+    pixel_work: PixelWork,
+) -> None:
     data = progressive_jpeg_with_repeated_scan(MAX_JPEG_SCANS + 10)
     assert len(data) < 200_000  # a few hundred kB that would cost libjpeg a pass per scan
+    pixel_work.restart()  # building the payload rasterized; from here nothing may
+    # The key comes from the container bytes: counting scans (a walk of the whole payload)
+    # waits for the decode, so a cache hit never pays for it.
+    ref = ImageMediaIO().load_bytes_ref(data)
     with pytest.raises(VLLMUnprocessableEntityError, match=r"JPEG with \d+ scans is refused"):
-        ImageMediaIO().load_bytes_ref(data)
+        ref.decode()
     with pytest.raises(VLLMUnprocessableEntityError, match="scans"):
         ImageMediaIO().load_bytes(data)
+    assert (pixel_work.loads, pixel_work.cores_allocated) == (0, 0)
 
 
 def test_an_ordinary_progressive_jpeg_decodes() -> None:
@@ -279,7 +260,7 @@ def test_the_scan_limit_also_applies_when_pillow_parses_the_markers(
     data = progressive_jpeg_with_repeated_scan(MAX_JPEG_SCANS + 10)
     monkeypatch.setattr("mediaref.media.image.jpeg_header", lambda data, want_exif: None)
     with pytest.raises(VLLMUnprocessableEntityError, match="scans"):
-        ImageMediaIO().load_bytes_ref(data)
+        ImageMediaIO().load_bytes_ref(data)  # Pillow's open is a decode-grade header read
 
 
 # --- MPO: a JPEG with pictures appended ----------------------------------------------------------

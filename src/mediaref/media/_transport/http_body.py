@@ -132,6 +132,15 @@ async def _read(
             f"Content-Length of {declared} bytes exceeds the {max_bytes}-byte limit"
         )
     decoder = _decoder_for(response.headers.getall("Content-Encoding", ()))
+    if declared is not None and isinstance(decoder, _Identity):
+        # The common case: the bytes as sent, their length known and within the cap. aiohttp
+        # stops at the declared length, so the body is read into one buffer (joining chunks
+        # would copy the whole payload once more), charged before it is read.
+        charge(declared)
+        body = await response.read()
+        if len(body) != declared:
+            raise BadResponseError(f"body of {len(body)} bytes, but Content-Length said {declared}")
+        return body
     pieces: list[bytes] = []
     wire = decoded = charged = 0
     async for chunk in response.content.iter_any():

@@ -33,8 +33,6 @@ class ContainerHeader:
     format: str
     size: tuple[int, int]
     exif: bytes | None = None
-    jpeg_scans: int = 0
-    """For a JPEG, an upper bound on its scans: libjpeg makes a pass over the image for each."""
 
 
 def webp_canvas_size(head: bytes) -> tuple[int, int] | None:
@@ -133,7 +131,7 @@ def png_without_compressed_text(data: bytes) -> bytes:
 
 
 def jpeg_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
-    """A JPEG's size, first EXIF block and scan count from its marker segments, or None.
+    """A JPEG's size and first EXIF block from its marker segments, or None.
 
     None when the markers do not parse up to the frame header (SOF); the caller's full header
     parse then decides what the file is.
@@ -165,8 +163,7 @@ def jpeg_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
             width = int.from_bytes(segment[3:5], "big")
             if not (width and height):
                 return None
-            scans = jpeg_scan_count(data, offset)
-            return ContainerHeader("JPEG", (width, height), exif, scans)
+            return ContainerHeader("JPEG", (width, height), exif)
         elif marker == 0xDA:  # start of scan before any frame header
             return None
         offset += 2 + length
