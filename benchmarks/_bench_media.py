@@ -44,7 +44,8 @@ def photo_path(name: str) -> Path:
 
 def load_photo(name: str) -> Image.Image:
     with Image.open(photo_path(name)) as image:
-        return image.convert("RGB")
+        rgb: Image.Image = image.convert("RGB")
+        return rgb
 
 
 def upscale(photo: Image.Image, size: tuple[int, int] = FULL_HD) -> Image.Image:
@@ -190,7 +191,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
     def line(cells: Sequence[str]) -> str:
         first = cells[0].ljust(widths[0])
-        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:]))
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
         return "  ".join([first, *rest])
 
     print(line(headers))

@@ -3,6 +3,8 @@
     python benchmarks/bench_attacks.py                    # this checkout's src/
     python benchmarks/bench_attacks.py --src OLD/src      # another tree, e.g. before a fix:
                                                           #   git archive 40e810c src | tar -x -C OLD
+    python benchmarks/bench_attacks.py --before OLD/src --chart docs/img/attacks.png
+                                                          # both trees, and the peak RSS chart
 
 Attacks:
   gzip_bomb    an HTTP body of ~1 MB gzip inflating to 1 GiB, decoder cap 64 MiB (loopback origin)
@@ -13,21 +15,29 @@ Attacks:
 
 Each attack runs in its own interpreter, so its peak RSS (``ru_maxrss``) is its own. Payloads are
 built before the baseline is read; "peak" is what fetching and decoding added. The test suite's
-media helpers (``tests/``) make the payloads and the loopback origins.
+media helpers (``tests/``) make the payloads and the loopback origins. ``--before OLD/src`` runs
+every attack on that tree first, then on ``--src``; ``--chart PATH`` draws each memory attack's
+peak RSS per tree as a PNG (``pool_starve`` is about connections, not memory, so it is left out).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import _charts
+
 REPO = Path(__file__).resolve().parent.parent
 ATTACKS = ("gzip_bomb", "h264_bomb", "jpeg_frames", "flac_bomb", "pool_starve")
+MEMORY_ATTACKS = ATTACKS[:4]
+# The child's report line: "<case> peak RSS +<MiB> MiB  <seconds> s  <outcome>".
+_REPORT = re.compile(r"^(\w+)\s+peak RSS \+\s*(-?\d+) MiB\s+([\d.]+) s\s+(.*)$")
 
 # The child: builds one payload, then measures fetching/decoding it.
-CHILD = r'''
+CHILD = r"""
 import asyncio, base64, io, resource, sys, time, zlib
 sys.path.insert(0, TESTS)
 case = sys.argv[1]
@@ -129,26 +139,92 @@ else:
     outcome, seconds = outcome_of(run)
     extra = f", payload {len(data) / 1e3:.0f} KB"
 print(f"{case:12} peak RSS +{peak_mib() - base:6.0f} MiB  {seconds:6.2f} s  {outcome}{extra}")
-'''
+"""
+
+
+def run_attacks(src: Path, attacks: list[str]) -> dict[str, tuple[float, float, str]]:
+    """Each attack in a fresh interpreter on ``src``: case -> (peak RSS MiB, seconds, outcome)."""
+    print(f"mediaref from {src}", flush=True)
+    child = CHILD.replace("TESTS", repr(str(REPO / "tests")))
+    env_path = str(src.resolve())
+    results: dict[str, tuple[float, float, str]] = {}
+    for attack in attacks:
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import sys; sys.path.insert(0, {env_path!r})\n{child}",
+                attack,
+            ],
+            check=False,
+            timeout=900,
+            capture_output=True,
+            text=True,
+        )
+        print(completed.stdout, end="", flush=True)
+        if completed.returncode:
+            print(completed.stderr[-2000:], end="", file=sys.stderr)
+        for line in completed.stdout.splitlines():
+            match = _REPORT.match(line)
+            if match:
+                results[match[1]] = (float(match[2]), float(match[3]), match[4])
+    return results
+
+
+def tree_label(src: Path) -> str:
+    """What a chart calls a tree: its folder's name (``OLD/src`` -> ``OLD``)."""
+    resolved = src.resolve()
+    return "this checkout" if resolved == (REPO / "src").resolve() else resolved.parent.name
+
+
+def draw_chart(path: Path, runs: dict[str, dict[str, tuple[float, float, str]]]) -> None:
+    attacks = [a for a in MEMORY_ATTACKS if all(a in results for results in runs.values())]
+    series = {label: [max(r[a][0], 0.0) for a in attacks] for label, r in runs.items()}
+    bar_labels = {label: [f"+{v:,.0f} MiB" for v in values] for label, values in series.items()}
+    ratios: list[float | str | None] | None = None
+    if len(runs) == 2:
+        before, after = series.values()
+        ratios = [
+            f"{_charts.format_ratio(b / a)} less" if a >= 1 else "refused before\nallocating"
+            for b, a in zip(before, after, strict=True)
+        ]
+    _charts.grouped_bars(
+        path,
+        title="Peak RSS one hostile payload adds, one fresh process per attack",
+        groups=attacks,
+        series=series,
+        bar_labels=bar_labels,
+        ratios=ratios,
+        ylabel="peak RSS over baseline (MiB)",
+        footnote=_charts.machine_note(),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--src", type=Path, default=REPO / "src", help="the mediaref tree to attack")
-    parser.add_argument("attacks", nargs="*", metavar="ATTACK", help=f"some of {', '.join(ATTACKS)}")
+    parser.add_argument(
+        "--src", type=Path, default=REPO / "src", help="the mediaref tree to attack"
+    )
+    parser.add_argument(
+        "--before", type=Path, help="also attack this tree first (e.g. OLD/src, before the fixes)"
+    )
+    _charts.add_chart_argument(parser)
+    parser.add_argument(
+        "attacks", nargs="*", metavar="ATTACK", help=f"some of {', '.join(ATTACKS)}"
+    )
     args = parser.parse_args()
     unknown = sorted(set(args.attacks) - set(ATTACKS))
     if unknown:
         parser.error(f"unknown attacks {unknown}; choose from {', '.join(ATTACKS)}")
-    print(f"mediaref from {args.src}")
-    child = CHILD.replace("TESTS", repr(str(REPO / "tests")))
-    env_path = str(args.src.resolve())
-    for attack in args.attacks or ATTACKS:
-        subprocess.run(
-            [sys.executable, "-c", f"import sys; sys.path.insert(0, {env_path!r})\n{child}", attack],
-            check=False,
-            timeout=900,
-        )
+    attacks = args.attacks or list(ATTACKS)
+    runs: dict[str, dict[str, tuple[float, float, str]]] = {}
+    if args.before is not None:
+        runs[f"before: {tree_label(args.before)}"] = run_attacks(args.before, attacks)
+    runs[f"after: {tree_label(args.src)}" if args.before else tree_label(args.src)] = run_attacks(
+        args.src, attacks
+    )
+    if args.chart:
+        draw_chart(args.chart, runs)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ run and their ratio, every bad request's status, peak RSS over the run's baselin
 descriptors and threads before and after.
 
     python benchmarks/bench_fault_mix.py [--good 400] [--concurrency 64] [--json out.json]
+        [--chart PATH]
+
+``--chart PATH`` draws the good requests' p50 and p99 in both runs as a PNG.
 
 The mix's settings (short fetch timeouts so stalls end, small caps) are in ``MIX_ENV``.
 """
@@ -28,7 +31,8 @@ from typing import Any
 _TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path[:0] = [str(_TESTS / "security"), str(_TESTS)]
 
-from _fault_mix import (  # noqa: E402
+import _charts  # noqa: E402
+from _fault_mix import (  # type: ignore[import-not-found]  # noqa: E402 - tests/security, put on sys.path above
     MIX_ENV,
     FaultOrigin,
     Outcome,
@@ -97,6 +101,7 @@ def main() -> None:
     parser.add_argument("--good", type=int, default=400, help="good requests per run")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    _charts.add_chart_argument(parser)
     args = parser.parse_args()
     for name in ("VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS", "VLLM_MEDIA_CACHE"):
         os.environ.pop(name, None)
@@ -111,13 +116,44 @@ def main() -> None:
             f"{run_figures['peak_rss_over_baseline_mib']:.0f} MiB, fds "
             f"{run_figures['fds_before_after']}, threads {run_figures['threads_before_after']}"
         )
-    print(f"good p50 mixed/clean: {figures['p50_ratio_mixed_over_clean']:.2f}x, "
-          f"p99 mixed/clean: {figures['p99_ratio_mixed_over_clean']:.2f}x")
+    print(
+        f"good p50 mixed/clean: {figures['p50_ratio_mixed_over_clean']:.2f}x, "
+        f"p99 mixed/clean: {figures['p99_ratio_mixed_over_clean']:.2f}x"
+    )
     print("bad requests:", json.dumps(figures["mixed"]["bad_statuses"], indent=1))
     if figures["mixed"]["wrong_status"]:
         print("WRONG STATUSES:", figures["mixed"]["wrong_status"])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
+    if args.chart:
+        draw_chart(args.chart, figures, args)
+
+
+def draw_chart(path: Path, figures: dict[str, Any], args: argparse.Namespace) -> None:
+    clean, mixed = figures["good_only"], figures["mixed"]
+    _charts.grouped_bars(
+        path,
+        title=(
+            f"Good requests' latency, alone and beside as many hostile ones "
+            f"({args.concurrency} in flight)"
+        ),
+        ratio_caption="with hostile traffic / alone",
+        groups=["good p50", "good p99"],
+        series={
+            f"{clean['good_requests']} good requests alone ({clean['good_lost']} lost)": [
+                clean["good_p50_ms"] / 1e3,
+                clean["good_p99_ms"] / 1e3,
+            ],
+            (
+                f"{mixed['good_requests']} good among {mixed['requests']} "
+                f"({mixed['good_lost']} lost)"
+            ): [mixed["good_p50_ms"] / 1e3, mixed["good_p99_ms"] / 1e3],
+        },
+        ylabel="latency of a good request",
+        seconds=True,
+        log=False,
+        footnote=_charts.machine_note(),
+    )
 
 
 if __name__ == "__main__":

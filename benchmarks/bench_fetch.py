@@ -225,9 +225,7 @@ def report(
     cpu_header = f"  {'client CPU':>10}  {'CPU/wall':>8}" if cpu else ""
     print(f"{title}\n  {'':<14} {'time':>9}      {'vs bare':>7}  {'vs bare + key':>13}{cpu_header}")
     for name, seconds in medians.items():
-        cpu_cells = (
-            f"  {cpu[name] * scale:7.2f} {unit}  {cpu[name] / seconds:7.0%}" if cpu else ""
-        )
+        cpu_cells = f"  {cpu[name] * scale:7.2f} {unit}  {cpu[name] / seconds:7.0%}" if cpu else ""
         print(
             f"  {name:<14} {seconds * scale:9.2f} {unit}   {seconds / medians[baseline]:6.2f}x"
             f"  {seconds / medians['bare + key']:12.2f}x{cpu_cells}"
@@ -242,7 +240,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--kib", type=int, default=256)
     parser.add_argument(
-        "--origin-mbps", type=float, default=0.0,
+        "--origin-mbps",
+        type=float,
+        default=0.0,
         help="pace the origin's uplink to this many Mbit/s, shared by all responses (default 0:"
         " unpaced loopback, where the client's CPU is the limit)",
     )

@@ -1,6 +1,7 @@
 """Key derivation vs full decode, side by side in one run, on real-size media.
 
     python benchmarks/bench_key_vs_decode.py [--repeat N] [--photo astronaut.png] [--seed 0]
+        [--chart PATH]
 
 A fetched payload gets its cache key at fetch time; its decode is deferred (and skipped on a cache
 hit). This script times, per payload, in one process and interleaved:
@@ -18,7 +19,7 @@ across that photo, decoded to 32 frames (``VideoMediaIO(ImageMediaIO(), num_fram
 of synthetic speech-like 44.1 kHz stereo audio as 16-bit WAV and as MP3. Each round visits every
 payload's decode and every payload's block of cheap calls (sha256, derive and key taking turns
 call by call) in a seeded shuffled order, after a warm-up round. Medians and p90 over
-``--repeat`` rounds.
+``--repeat`` rounds. ``--chart PATH`` draws key vs decode per payload (log scale) as a PNG.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import _bench_media as bm
-
+import _charts
 from mediaref.media.audio import AudioMediaIO
 from mediaref.media.base import MediaIO, derive_media_key
 from mediaref.media.image import ImageMediaIO
@@ -83,7 +85,7 @@ class Payload:
                 elapsed, _ = bm.time_call(ops[k])
                 per_op[k].append(elapsed)
         medians = [statistics.median(times) for times in per_op]
-        for op, median in zip(CHEAP_OPERATIONS, medians):
+        for op, median in zip(CHEAP_OPERATIONS, medians, strict=True):
             self.samples[op].add(median)
         self.derive_over_sha.append(medians[1] / medians[0])
         self.key_over_sha.append(medians[2] / medians[0])
@@ -137,23 +139,32 @@ def run(payloads: list[Payload], repeat: int, seed: int) -> None:
 
 def report(payloads: list[Payload], repeat: int) -> None:
     headers = [
-        "payload", "size", "sha256", "derive", "derive/sha", "key (load_bytes_ref)",
-        "key/sha", "decode", "decode/key",
+        "payload",
+        "size",
+        "sha256",
+        "derive",
+        "derive/sha",
+        "key (load_bytes_ref)",
+        "key/sha",
+        "decode",
+        "decode/key",
     ]
     rows = []
     for p in payloads:
         s = p.samples
-        rows.append([
-            p.name,
-            bm.fmt_bytes(len(p.data)),
-            bm.fmt_seconds(s["sha256"].median),
-            bm.fmt_seconds(s["derive"].median),
-            f"{statistics.median(p.derive_over_sha):.3f}x",
-            f"{bm.fmt_seconds(s['key'].median)} (p90 {bm.fmt_seconds(s['key'].p90)})",
-            f"{statistics.median(p.key_over_sha):.2f}x",
-            f"{bm.fmt_seconds(s['decode'].median)} (p90 {bm.fmt_seconds(s['decode'].p90)})",
-            f"{s['decode'].median / s['key'].median:,.0f}x",
-        ])
+        rows.append(
+            [
+                p.name,
+                bm.fmt_bytes(len(p.data)),
+                bm.fmt_seconds(s["sha256"].median),
+                bm.fmt_seconds(s["derive"].median),
+                f"{statistics.median(p.derive_over_sha):.3f}x",
+                f"{bm.fmt_seconds(s['key'].median)} (p90 {bm.fmt_seconds(s['key'].p90)})",
+                f"{statistics.median(p.key_over_sha):.2f}x",
+                f"{bm.fmt_seconds(s['decode'].median)} (p90 {bm.fmt_seconds(s['decode'].p90)})",
+                f"{s['decode'].median / s['key'].median:,.0f}x",
+            ]
+        )
     print(f"\nMedians over {repeat} interleaved rounds (p90 in brackets); per-call times.")
     bm.print_table(headers, rows)
     print(
@@ -161,6 +172,26 @@ def report(payloads: list[Payload], repeat: int) -> None:
         "decode/key = median decode / median key: the work a cache hit skips, per unit of key.\n"
         "Targets (issue 2): decode/key >= 20x for JPEG, >= 100x for video;\n"
         "derive within 1.1x of sha256."
+    )
+
+
+def draw_chart(path: Path, payloads: list[Payload], repeat: int) -> None:
+    _charts.grouped_bars(
+        path,
+        title="What a cache hit skips: the key (fetch time) vs the decode",
+        ratio_caption="decode / key, medians",
+        groups=[p.name.replace(" q90", "").replace(" -> ", "\n-> ") for p in payloads],
+        series={
+            "key: MediaIO.load_bytes_ref (mediaref, at fetch)": [
+                p.samples["key"].median for p in payloads
+            ],
+            "decode: ref.decode() (a miss, or every eager request)": [
+                p.samples["decode"].median for p in payloads
+            ],
+        },
+        ylabel="time per call (median)",
+        seconds=True,
+        footnote=_charts.machine_note(),
     )
 
 
@@ -172,10 +203,13 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=20, help="measured rounds (default 20)")
     parser.add_argument(
-        "--photo", default="astronaut.png", choices=bm.PHOTO_NAMES,
+        "--photo",
+        default="astronaut.png",
+        choices=bm.PHOTO_NAMES,
         help="scikit-image photo the images and the clip are made from (default astronaut.png)",
     )
     parser.add_argument("--seed", type=int, default=0, help="shuffle and audio seed (default 0)")
+    _charts.add_chart_argument(parser)
     args = parser.parse_args()
 
     start = time.perf_counter()
@@ -187,6 +221,8 @@ def main() -> None:
     )
     run(payloads, args.repeat, args.seed)
     report(payloads, args.repeat)
+    if args.chart:
+        draw_chart(args.chart, payloads, args.repeat)
     print(f"\ntotal {time.perf_counter() - start:.1f}s", file=sys.stderr)
 
 

@@ -54,10 +54,10 @@ if "--dry-run" in sys.argv:
     # @triton.jit picks interpreted or compiled mode when a kernel is defined.
     os.environ["TRITON_INTERPRET"] = "1"
 
-import torch  # noqa: E402
+import torch
 
-from mediaref.ops import _mm_input_norm_apply as apply_module  # noqa: E402
-from mediaref.ops.mm_input_norm import (  # noqa: E402
+from mediaref.ops import _mm_input_norm_apply as apply_module
+from mediaref.ops.mm_input_norm import (
     FusedMMInputNorm,
     fused_mm_input_norm_torch,
     fused_mm_input_norm_triton,
@@ -87,17 +87,24 @@ def flat_kernel() -> Any:
     import triton
     import triton.language as tl
 
-    @triton.jit
-    def flat_norm_kernel(x_ptr, out_ptr, w_ptr, b_ptr, numel, seg_len, C: tl.constexpr, BLOCK: tl.constexpr):
+    # Parameters unannotated as in src/mediaref/ops/_mm_input_norm_kernel.py: Triton reads them.
+    @triton.jit  # type: ignore[untyped-decorator]  # triton has no stubs
+    def flat_norm_kernel(  # type: ignore[no-untyped-def]  # annotations change what Triton compiles
+        x_ptr, out_ptr, w_ptr, b_ptr, numel, seg_len, C: tl.constexpr, BLOCK: tl.constexpr
+    ):
         offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < numel
         channel = (offsets // seg_len) % C
-        x = tl.load(x_ptr + offsets, mask=mask, other=0, eviction_policy="evict_first").to(tl.float32)
+        x = tl.load(x_ptr + offsets, mask=mask, other=0, eviction_policy="evict_first").to(
+            tl.float32
+        )
         w = tl.load(w_ptr + channel, mask=mask, other=0)
         b = tl.load(b_ptr + channel, mask=mask, other=0)
         tl.store(out_ptr + offsets, x * w + b, mask=mask, eviction_policy="evict_first")
 
-    def launch(x: torch.Tensor, out: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def launch(
+        x: torch.Tensor, out: torch.Tensor, w: torch.Tensor, b: torch.Tensor
+    ) -> torch.Tensor:
         _, c, seg_len = x.shape
         assert x.numel() < 2**31  # int32 offsets, as vLLM asserts
         grid = (triton.cdiv(x.numel(), 1024),)
@@ -110,7 +117,9 @@ def flat_kernel() -> Any:
 def mediaref_variant(tile: int, warps: int) -> Callable[..., torch.Tensor]:
     """The shipped launcher with another tile size / warp count (module constants, restored)."""
 
-    def launch(x: torch.Tensor, out: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def launch(
+        x: torch.Tensor, out: torch.Tensor, w: torch.Tensor, b: torch.Tensor
+    ) -> torch.Tensor:
         saved = apply_module._TILE_ELEMENTS, apply_module._NUM_WARPS
         apply_module._TILE_ELEMENTS, apply_module._NUM_WARPS = tile, warps  # type: ignore[misc]
         try:
@@ -146,11 +155,17 @@ def check(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
     diff = (actual.float() - expected.float()).abs()
     bound = expected.float().abs() * 2**-7 + 1e-6
     if not bool((diff <= bound).all()):
-        raise AssertionError(f"{name} disagrees with the torch reference: max |diff| {float(diff.max()):.3g}")
+        raise AssertionError(
+            f"{name} disagrees with the torch reference: max |diff| {float(diff.max()):.3g}"
+        )
 
 
 def bench_workload(
-    name: str, shape: tuple[int, int, int], device: torch.device, timer: Callable[..., float], sweep: bool
+    name: str,
+    shape: tuple[int, int, int],
+    device: torch.device,
+    timer: Callable[..., float],
+    sweep: bool,
 ) -> list[dict[str, Any]]:
     norm = FusedMMInputNorm(CLIP_MEAN, CLIP_STD, RESCALE).to(device)
     w, b = norm.weight, norm.bias
@@ -166,9 +181,15 @@ def bench_workload(
         "vllm_flat1024": flat_kernel(),
     }
     if sweep:
-        kernels.update({f"mediaref_t{tile}_w{warps}": mediaref_variant(tile, warps) for tile, warps in SWEEP})
+        kernels.update(
+            {f"mediaref_t{tile}_w{warps}": mediaref_variant(tile, warps) for tile, warps in SWEEP}
+        )
+
+    def bound(kernel: Callable[..., torch.Tensor]) -> Callable[[], torch.Tensor]:
+        return lambda: kernel(x, out, w, b)
+
     contenders: dict[str, Callable[[], Any]] = {
-        kernel_name: (lambda k=kernel: k(x, out, w, b)) for kernel_name, kernel in kernels.items()
+        kernel_name: bound(kernel) for kernel_name, kernel in kernels.items()
     }
     contenders["torch_composite"] = lambda: (x.float() * w3 + b3).to(torch.bfloat16)
     contenders["cast_copy"] = lambda: out.copy_(x)
@@ -186,8 +207,15 @@ def bench_workload(
     if device.type == "cuda":
         pinned_u8 = x_cpu.pin_memory()
         pinned_bf16 = expected.cpu().pin_memory()
-        for label, pinned in (("h2d_bf16_cpu_normalized", pinned_bf16), ("h2d_uint8_device_path", pinned_u8)):
-            seconds = timer(lambda p=pinned: p.to(device, non_blocking=True))
+        for label, pinned in (
+            ("h2d_bf16_cpu_normalized", pinned_bf16),
+            ("h2d_uint8_device_path", pinned_u8),
+        ):
+
+            def copy_to_device(p: torch.Tensor = pinned) -> torch.Tensor:
+                return p.to(device, non_blocking=True)
+
+            seconds = timer(copy_to_device)
             nbytes = pinned.numel() * pinned.element_size()
             rows.append({"workload": name, "shape": list(shape), "contender": label, "time_s": seconds,
                          "bytes_moved": nbytes, "gbps": nbytes / seconds / 1e9})  # fmt: skip
@@ -199,14 +227,24 @@ def bench_cpu_path(repeat: int = 15) -> None:
     mean, std = torch.tensor(CLIP_MEAN).view(1, 3, 1), torch.tensor(CLIP_STD).view(1, 3, 1)
     print(f"CPU path, {torch.get_num_threads()} threads, median of {repeat}")
     for name, shape in (("1img", WORKLOADS["1img"][0]), ("16img_448", (16, 3, 448 * 448))):
-        x = torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+        x = torch.randint(
+            0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+        )
         out = torch.empty(shape, dtype=torch.bfloat16)
-        contenders = {
-            "hf_unfused_chain": lambda x=x: ((x.float() * RESCALE - mean) / std).to(torch.bfloat16),
-            "mediaref_torch": lambda x=x, out=out: fused_mm_input_norm_torch(
-                x, torch.empty_like(out), norm.weight, norm.bias
-            ),
-            "mediaref_torch_out": lambda x=x, out=out: fused_mm_input_norm_torch(x, out, norm.weight, norm.bias),
+
+        def hf_unfused_chain(x: torch.Tensor = x) -> torch.Tensor:
+            return ((x.float() * RESCALE - mean) / std).to(torch.bfloat16)
+
+        def mediaref_torch(x: torch.Tensor = x, out: torch.Tensor = out) -> torch.Tensor:
+            return fused_mm_input_norm_torch(x, torch.empty_like(out), norm.weight, norm.bias)
+
+        def mediaref_torch_out(x: torch.Tensor = x, out: torch.Tensor = out) -> torch.Tensor:
+            return fused_mm_input_norm_torch(x, out, norm.weight, norm.bias)
+
+        contenders: dict[str, Callable[[], torch.Tensor]] = {
+            "hf_unfused_chain": hf_unfused_chain,
+            "mediaref_torch": mediaref_torch,
+            "mediaref_torch_out": mediaref_torch_out,
         }
         samples: dict[str, list[float]] = {key: [] for key in contenders}
         for _ in range(repeat):
@@ -217,7 +255,9 @@ def bench_cpu_path(repeat: int = 15) -> None:
         base = statistics.median(samples["hf_unfused_chain"])
         for key, times in samples.items():
             median = statistics.median(times)
-            print(f"{name:10s} {key:20s} {median * 1e3:8.2f} ms   x{base / median:5.2f} vs the HF chain")
+            print(
+                f"{name:10s} {key:20s} {median * 1e3:8.2f} ms   x{base / median:5.2f} vs the HF chain"
+            )
 
 
 def add_fractions(rows: list[dict[str, Any]], hbm_gbps: float | None) -> None:
@@ -235,18 +275,26 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         hbm = f"{r['hbm_fraction']:.0%}" if r.get("hbm_fraction") is not None else "-"
         copy = f"{r['copy_fraction']:.0%}" if r.get("copy_fraction") is not None else "-"
-        print(f"{r['workload']:10s} {r['contender']:26s} {r['time_s'] * 1e6:8.1f}us {r['gbps']:9.1f} {hbm:>6s} {copy:>6s}")
+        print(
+            f"{r['workload']:10s} {r['contender']:26s} {r['time_s'] * 1e6:8.1f}us {r['gbps']:9.1f} {hbm:>6s} {copy:>6s}"
+        )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, kernels interpreted")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="tiny shapes on the CPU, kernels interpreted"
+    )
     parser.add_argument("--json", default=None, help="write every row and the device facts here")
     parser.add_argument("--csv", default=None, help="write every row here")
-    parser.add_argument("--hbm-gbps", type=float, default=None, help="nominal HBM GB/s (default: by device name)")
+    parser.add_argument(
+        "--hbm-gbps", type=float, default=None, help="nominal HBM GB/s (default: by device name)"
+    )
     parser.add_argument("--no-sweep", action="store_true", help="skip the tile/warp variants")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset")
-    parser.add_argument("--cpu", action="store_true", help="time the CPU path instead (no GPU needed)")
+    parser.add_argument(
+        "--cpu", action="store_true", help="time the CPU path instead (no GPU needed)"
+    )
     args = parser.parse_args()
     if args.cpu:
         bench_cpu_path()
@@ -254,13 +302,20 @@ def main() -> int:
 
     cuda = torch.cuda.is_available() and not args.dry_run
     if not cuda and not args.dry_run:
-        print("error: no CUDA device; this benchmark measures the GPU (use --dry-run on a CPU)", file=sys.stderr)
+        print(
+            "error: no CUDA device; this benchmark measures the GPU (use --dry-run on a CPU)",
+            file=sys.stderr,
+        )
         return 2
     device = torch.device("cuda" if cuda else "cpu")
-    device_name = torch.cuda.get_device_name(device) if cuda else "cpu (dry run: figures are meaningless)"
+    device_name = (
+        torch.cuda.get_device_name(device) if cuda else "cpu (dry run: figures are meaningless)"
+    )
     hbm_gbps = args.hbm_gbps
     if hbm_gbps is None and cuda:
-        hbm_gbps = next((gbps for key, gbps in NOMINAL_HBM_GBPS.items() if key in device_name), None)
+        hbm_gbps = next(
+            (gbps for key, gbps in NOMINAL_HBM_GBPS.items() if key in device_name), None
+        )
     import triton
 
     print(f"{device_name}; torch {torch.__version__}, triton {triton.__version__}; nominal HBM "
@@ -269,7 +324,9 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for name in args.workloads.split(","):
         full, tiny = WORKLOADS[name]
-        rows += bench_workload(name, tiny if args.dry_run else full, device, timer, sweep=not args.no_sweep)
+        rows += bench_workload(
+            name, tiny if args.dry_run else full, device, timer, sweep=not args.no_sweep
+        )
     add_fractions(rows, hbm_gbps)
     print_rows(rows)
     facts = {"device": device_name, "dry_run": args.dry_run, "nominal_hbm_gbps": hbm_gbps,

@@ -1,6 +1,7 @@
 """A stream of multimodal requests: mediaref's lazy path vs vLLM 0.33's eager path, in one run.
 
     python benchmarks/bench_processor.py [--requests 80] [--hot-fraction 0.8] [--block 8] [--seed 0]
+        [--chart PATH]
 
 Both paths start from fetched bytes and end with the processor's output for one request:
 
@@ -27,7 +28,8 @@ serves the same ones, the first path alternating per block; ``--block 1`` interl
 request by request, so each one's hits run right after the other's decodes, with cold CPU caches.
 Each request's two costs are paired; hits and misses are read from each cache's counters and must
 agree between the paths. Outputs are compared (token ids always, pixel tensors on misses) outside
-the timed region.
+the timed region. ``--chart PATH`` draws each request kind's median cost on both paths (log scale)
+as a PNG.
 """
 
 from __future__ import annotations
@@ -41,12 +43,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import _bench_media as bm
 import numpy as np
 import torch
 
+import _bench_media as bm
+import _charts
 from mediaref.cache import MultiModalProcessorOnlyCache
 from mediaref.media.base import MediaIO
 from mediaref.models.builtin import builtin_model_path
@@ -233,7 +237,8 @@ def run(
             results.append((item, outcomes))
             if trace:
                 log(
-                    f"  #{index} {item.name:<8} " + "  ".join(
+                    f"  #{index} {item.name:<8} "
+                    + "  ".join(
                         f"{name} {'hit ' if o.hit else 'miss'} {bm.fmt_seconds(o.fetch_s)}"
                         f" + {bm.fmt_seconds(o.hash_s)} + {bm.fmt_seconds(o.rest_s)}"
                         for name, o in outcomes.items()
@@ -257,9 +262,10 @@ def cost_cells(outcomes: list[dict[str, Outcome]], measure: str) -> tuple[bm.Sam
 
 def paired_ratio(outcomes: list[dict[str, Outcome]], measure: str) -> float:
     """Median over requests of eager/lazy: both ran back to back, so load drift cancels."""
-    return statistics.median(
+    ratio: float = statistics.median(
         getattr(o["eager"], measure) / getattr(o["lazy"], measure) for o in outcomes
     )
+    return ratio
 
 
 def report(results: list[tuple[Item, dict[str, Outcome]]]) -> None:
@@ -274,22 +280,31 @@ def report(results: list[tuple[Item, dict[str, Outcome]]]) -> None:
             lazy, eager = cost_cells(chosen, "total_s")
             lazy_id, eager_id = cost_cells(chosen, "identify_s")
             lazy_rest, eager_rest = cost_cells(chosen, "rest_s")
-            rows.append([
-                f"{modality} {label}",
-                str(len(chosen)),
-                f"{bm.fmt_seconds(lazy.median)} / {bm.fmt_seconds(lazy.p90)}",
-                f"{bm.fmt_seconds(eager.median)} / {bm.fmt_seconds(eager.p90)}",
-                f"{paired_ratio(chosen, 'total_s'):,.1f}x",
-                bm.fmt_seconds(lazy_id.median),
-                bm.fmt_seconds(eager_id.median),
-                f"{paired_ratio(chosen, 'identify_s'):,.0f}x",
-                f"{bm.fmt_seconds(lazy_rest.median)} / {bm.fmt_seconds(eager_rest.median)}",
-            ])
+            rows.append(
+                [
+                    f"{modality} {label}",
+                    str(len(chosen)),
+                    f"{bm.fmt_seconds(lazy.median)} / {bm.fmt_seconds(lazy.p90)}",
+                    f"{bm.fmt_seconds(eager.median)} / {bm.fmt_seconds(eager.p90)}",
+                    f"{paired_ratio(chosen, 'total_s'):,.1f}x",
+                    bm.fmt_seconds(lazy_id.median),
+                    bm.fmt_seconds(eager_id.median),
+                    f"{paired_ratio(chosen, 'identify_s'):,.0f}x",
+                    f"{bm.fmt_seconds(lazy_rest.median)} / {bm.fmt_seconds(eager_rest.median)}",
+                ]
+            )
     print("\nPer-request cost: whole request (median / p90), then identify + rest (medians):")
     bm.print_table(
         [
-            "request", "n", "lazy", "eager", "eager/lazy",
-            "identify lazy", "identify eager", "ratio", "rest lazy / eager",
+            "request",
+            "n",
+            "lazy",
+            "eager",
+            "eager/lazy",
+            "identify lazy",
+            "identify eager",
+            "ratio",
+            "rest lazy / eager",
         ],
         rows,
     )
@@ -315,6 +330,41 @@ def report(results: list[tuple[Item, dict[str, Outcome]]]) -> None:
     )
 
 
+def draw_chart(
+    path: Path, results: list[tuple[Item, dict[str, Outcome]]], args: argparse.Namespace
+) -> None:
+    groups, lazy, eager, ratios = [], [], [], []
+    for modality in ("image", "video"):
+        for hit, label in ((True, "hit"), (False, "miss")):
+            chosen = [
+                o for item, o in results if item.modality == modality and o["lazy"].hit == hit
+            ]
+            if not chosen:
+                continue
+            lazy_cost, eager_cost = cost_cells(chosen, "total_s")
+            groups.append(f"{modality} {label}\n(n={len(chosen)})")
+            lazy.append(lazy_cost.median)
+            eager.append(eager_cost.median)
+            ratios.append(paired_ratio(chosen, "total_s"))
+    _charts.grouped_bars(
+        path,
+        title=(
+            f"Qwen2-VL processor on a stream of {len(results)} requests "
+            f"({args.hot_fraction:.0%} to a hot set)"
+        ),
+        ratio_caption="eager / lazy, median of each request's paired ratio",
+        groups=groups,
+        series={
+            "lazy: MediaRef, hashed by its key (mediaref)": lazy,
+            "eager: decode at fetch, blake3 over pixels (vLLM 0.33)": eager,
+        },
+        ratios=ratios,
+        ylabel="whole request (median)",
+        seconds=True,
+        footnote=_charts.machine_note(),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description="Processor request stream: mediaref lazy vs an eager decode-and-hash baseline.",
@@ -327,22 +377,29 @@ def main() -> None:
     add("--hot-images", type=int, default=2, help="1080p JPEGs in the hot set (default 2)")
     add("--hot-videos", type=int, default=2, help="720p clips in the hot set (default 2)")
     parser.add_argument(
-        "--cold-video-fraction", type=float, default=0.25,
+        "--cold-video-fraction",
+        type=float,
+        default=0.25,
         help="share of cold requests that bring a new video rather than a new image (default 0.25)",
     )
     add("--video-seconds", type=float, default=3.0, help="clip length (default 3)")
     add("--video-frames", type=int, default=16, help="frames sampled per clip (default 16)")
     parser.add_argument(
-        "--block", type=int, default=8,
+        "--block",
+        type=int,
+        default=8,
         help="requests each path serves in a row before the other path serves them (default 8;"
         " 1 interleaves the paths request by request)",
     )
     parser.add_argument(
-        "--cache-gb", type=float, default=4.0,
+        "--cache-gb",
+        type=float,
+        default=4.0,
         help="processor cache budget per path, GiB (default 4, vLLM's default)",
     )
     parser.add_argument("--seed", type=int, default=0, help="stream and media seed (default 0)")
     parser.add_argument("--trace", action="store_true", help="log every request's times to stderr")
+    _charts.add_chart_argument(parser)
     args = parser.parse_args()
     if not 0 <= args.hot_fraction <= 1 or not 0 <= args.cold_video_fraction <= 1:
         parser.error("fractions must be within [0, 1]")
@@ -368,6 +425,8 @@ def main() -> None:
         f"(video share {args.cold_video_fraction:g})"
     )
     report(results)
+    if args.chart:
+        draw_chart(args.chart, results, args)
     log("done")
 
 

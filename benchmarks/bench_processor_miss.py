@@ -1,6 +1,6 @@
 """A processor miss, side by side: mediaref with ``mm_device_do_normalize`` on and off, and vLLM 0.33.0.
 
-    python benchmarks/bench_processor_miss.py [--repeat 15] [--threads 1] [--json PATH]
+    python benchmarks/bench_processor_miss.py [--repeat 15] [--threads 1] [--json PATH] [--chart PATH]
 
 What a miss costs once the media is decoded: the whole ``apply`` of one request (hash, HF
 processor, prompt updates) on the built-in Qwen2-VL model (the real ``Qwen2VLProcessor`` with
@@ -31,7 +31,8 @@ venv outside the repository that holds both libraries, e.g.::
     pip install -e . --no-deps
 
 vLLM's multimodal layer runs on the CPU there (no GPU is needed). The main test suite never
-imports vLLM.
+imports vLLM. ``--chart PATH`` draws each item's miss per toggle, mediaref beside vLLM, as a PNG
+(matplotlib must be installed in the venv that runs the script).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -61,8 +63,10 @@ def _threads_from_argv(default: int = 1) -> int:
 # scope reads OMP_NUM_THREADS, vLLM's frontend uses torch's process-wide count.
 os.environ["OMP_NUM_THREADS"] = str(_threads_from_argv())
 
-import _bench_media as bm  # noqa: E402
 import torch  # noqa: E402
+
+import _bench_media as bm  # noqa: E402
+import _charts  # noqa: E402
 
 torch.set_num_threads(_threads_from_argv())
 
@@ -92,7 +96,9 @@ def make_items(video_frames: int) -> dict[str, tuple[Any, Any]]:
 
 def mediaref_call(toggle: bool, modality: str, ref: Any) -> Callable[[], Any]:
     config = ModelConfig(
-        model=str(builtin_model_path("qwen2_vl")), mm_processor_cache_gb=0, mm_device_do_normalize=toggle
+        model=str(builtin_model_path("qwen2_vl")),
+        mm_processor_cache_gb=0,
+        mm_device_do_normalize=toggle,
     )
     processor = MULTIMODAL_REGISTRY.create_processor(config)
     assert processor.info.mm_device_do_normalize is toggle
@@ -106,13 +112,18 @@ def mediaref_call(toggle: bool, modality: str, ref: Any) -> Callable[[], Any]:
 
 def vllm_call(toggle: bool, modality: str, value: Any) -> Callable[[], Any] | None:
     try:
-        from vllm.config import ModelConfig as VllmModelConfig
-        from vllm.multimodal import MULTIMODAL_REGISTRY as VLLM_REGISTRY
+        # vLLM is optional here: installed only in the comparison venv (see the docstring).
+        from vllm.config import ModelConfig as VllmModelConfig  # type: ignore[import-not-found]
+        from vllm.multimodal import MULTIMODAL_REGISTRY as VLLM_REGISTRY  # type: ignore[import-not-found]
     except ImportError:
         return None
     path = str(builtin_model_path("qwen2_vl"))
     config = VllmModelConfig(
-        model=path, tokenizer=path, dtype="bfloat16", mm_processor_cache_gb=0, mm_device_do_normalize=toggle
+        model=path,
+        tokenizer=path,
+        dtype="bfloat16",
+        mm_processor_cache_gb=0,
+        mm_device_do_normalize=toggle,
     )
     assert config.multimodal_config is not None
     assert config.multimodal_config.mm_device_do_normalize is toggle
@@ -155,7 +166,10 @@ def run_modality(modality: str, items: dict[str, tuple[Any, Any]], repeat: int) 
             fn()
             samples[name].add(time.perf_counter() - start)
     medians = {name: s.median for name, s in samples.items()}
-    result: dict[str, Any] = {"median_s": medians, "pixel_bytes": {n: o.nbytes for n, o in outputs.items()}}
+    result: dict[str, Any] = {
+        "median_s": medians,
+        "pixel_bytes": {n: o.nbytes for n, o in outputs.items()},
+    }
     result["device_vs_cpu_speedup"] = medians["mediaref/cpu"] / medians["mediaref/device"]
     if "vllm/device" in medians:
         result["vllm_over_mediaref"] = {
@@ -166,16 +180,22 @@ def run_modality(modality: str, items: dict[str, tuple[Any, Any]], repeat: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=15, help="timed rounds (each path once per round)")
+    parser.add_argument(
+        "--repeat", type=int, default=15, help="timed rounds (each path once per round)"
+    )
     parser.add_argument("--video-frames", type=int, default=32)
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads for both libraries' HF calls (set before import)"
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for both libraries' HF calls (set before import)",
     )
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    _charts.add_chart_argument(parser)
     args = parser.parse_args()
 
     try:
-        import vllm
+        import vllm  # type: ignore[import-not-found]  # optional, as above
 
         vllm_version: str | None = vllm.__version__
     except ImportError:
@@ -185,22 +205,63 @@ def main() -> None:
         f"vllm {vllm_version or 'not importable: mediaref rows only'}, median of {args.repeat}"
     )
     items = make_items(args.video_frames)
-    report: dict[str, Any] = {"vllm": vllm_version, "torch": torch.__version__, "repeat": args.repeat}
+    report: dict[str, Any] = {
+        "vllm": vllm_version,
+        "torch": torch.__version__,
+        "repeat": args.repeat,
+        "video_frames": args.video_frames,
+    }
     for modality in ("image", "video"):
         result = run_modality(modality, items, args.repeat)
         report[modality] = result
         rows = []
         for name, median in result["median_s"].items():
             label = name.split("/")[1]
-            ratio = result.get("vllm_over_mediaref", {}).get(label) if name.startswith("mediaref") else None
+            ratio = (
+                result.get("vllm_over_mediaref", {}).get(label)
+                if name.startswith("mediaref")
+                else None
+            )
             rows.append([name, bm.fmt_seconds(median), bm.fmt_bytes(result["pixel_bytes"][name]),
                          f"{ratio:.2f}x" if ratio is not None else ""])  # fmt: skip
-        print(f"\n{modality}: mediaref device path {result['device_vs_cpu_speedup']:.2f}x its CPU path")
+        print(
+            f"\n{modality}: mediaref device path {result['device_vs_cpu_speedup']:.2f}x its CPU path"
+        )
         bm.print_table(["path", "miss", "pixels", "vllm / mediaref"], rows)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=2)
+    if args.chart:
+        draw_chart(args.chart, report, args.threads)
+
+
+def draw_chart(path: Path, report: dict[str, Any], threads: int) -> None:
+    items = {"image": "1080p JPEG", "video": f"{report['video_frames']}-frame 480p clip"}
+    groups, mine, theirs = [], [], []
+    for modality, item in items.items():
+        medians = report[modality]["median_s"]
+        for toggle in TOGGLES:
+            groups.append(f"{item}\n{toggle}")
+            mine.append(medians[f"mediaref/{toggle}"])
+            theirs.append(medians.get(f"vllm/{toggle}", 0.0))
+    series = {"mediaref": mine}
+    if report["vllm"]:
+        series[f"vLLM {report['vllm']}"] = theirs
+    _charts.grouped_bars(
+        path,
+        title=(
+            f"A processor miss on Qwen2-VL (decoded media, no cache), {threads} torch "
+            f"thread{'s' if threads != 1 else ''}"
+        ),
+        ratio_caption="vLLM / mediaref, medians; device = mm_device_do_normalize on (the default)",
+        groups=groups,
+        series=series,
+        ylabel="one apply (median)",
+        seconds=True,
+        log=False,
+        footnote=_charts.machine_note(),
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -15,16 +15,17 @@ import numpy as np
 import pybase64
 import pytest
 import soundfile
+from PIL import Image
+
+import mediaref.media.video._pyav_decode as pyav_decode
 from _audio_samples import encode_pyav
+from _image_samples import encode
 from _video_samples import (
     encoder_unavailable_reason,
     frame_pattern,
     make_clip,
     read_frame_index,
 )
-from PIL import Image
-
-import mediaref.media.video._pyav_decode as pyav_decode
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media.base import derive_media_key
 from mediaref.media.image import ImageMediaIO
@@ -130,6 +131,48 @@ def test_sampling_seeks_instead_of_decoding_the_whole_video(
     sequential, sequential_metadata = video_io(num_frames=4).load_bytes(data)
     assert sequential_metadata["num_decoded_frames"] == 300
     np.testing.assert_array_equal(frames, sequential)
+
+
+@pytest.mark.parametrize(("codec", "container"), CODEC_CASES)
+def test_every_long_gap_is_seeked_over_in_every_container(codec: str, container: str) -> None:
+    data = _clip_or_skip(codec, container, num_frames=300, keyframe_interval=30)
+
+    frames, metadata = video_io(num_frames=4).load_bytes(data)
+
+    assert metadata["frames_indices"] == [0, 99, 199, 299] == painted_indices(frames)
+    # Frame 0, then from keyframes 90, 180 and 270 up to 99, 199 and 299: 1 + 10 + 20 + 30.
+    # Decoding through any one gap instead would add at least 60 frames; a few extra are
+    # allowed for demuxers that land a little before the keyframe (MPEG-TS seeks by DTS).
+    ideal = 61
+    assert ideal <= metadata["num_decoded_frames"] < ideal + 10
+
+
+def test_a_gap_is_seeked_over_exactly_when_it_skips_enough_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pins the rule at its boundary: a seek to the keyframe before the next wanted frame
+    happens when it skips MIN_FRAMES_SKIPPED_BY_SEEK frames past the last one kept, not later."""
+    import mediaref.media.video._pyav as pyav_backend
+
+    data = make_clip("h264", "mp4", num_frames=120, keyframe_interval=30)
+    keyframe, target = 30, 50
+    # The last kept frame that leaves exactly the minimum skip between it and the keyframe.
+    last = keyframe - pyav_decode.MIN_FRAMES_SKIPPED_BY_SEEK - 1
+    assert 0 < last < keyframe
+    decoded = {}
+    for kept in (last, last + 1):
+        wanted = [0, kept, target]
+        monkeypatch.setattr(
+            pyav_backend, "sample_frame_indices", lambda *_args, wanted=wanted: list(wanted)
+        )
+        frames, metadata = video_io(num_frames=3).load_bytes(data)
+        assert painted_indices(frames) == metadata["frames_indices"] == wanted
+        decoded[kept] = metadata["num_decoded_frames"]
+
+    # At the boundary: frames 0..last, then the keyframe up to the target.
+    assert decoded[last] == (last + 1) + (target - keyframe + 1)
+    # One frame short of it: decoding through is cheaper, so every frame up to the target.
+    assert decoded[last + 1] == target + 1
 
 
 def test_more_frames_than_the_video_has_returns_each_frame_once() -> None:
@@ -353,9 +396,8 @@ def test_a_taken_backend_name_is_not_silently_replaced(recording_backend: Any) -
 def _jpeg_frames_text(indices: list[int]) -> str:
     encoded = []
     for index in indices:
-        buffer = io.BytesIO()
-        Image.fromarray(frame_pattern(index, 64, 48)).save(buffer, "JPEG", quality=95)
-        encoded.append(pybase64.b64encode(buffer.getvalue()).decode("ascii"))
+        frame = encode(Image.fromarray(frame_pattern(index, 64, 48)), "JPEG", quality=95)
+        encoded.append(pybase64.b64encode(frame).decode("ascii"))
     return ",".join(encoded)
 
 
