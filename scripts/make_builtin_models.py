@@ -24,6 +24,7 @@ Usage: ``python scripts/make_builtin_models.py [--out DIR]`` (default: the packa
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import pathlib
 import unicodedata
@@ -233,7 +234,7 @@ def learn_bpe(
     while len(merges) < max_merges:
         pair_counts: Counter[tuple[str, str]] = Counter()
         for symbols, count in words.items():
-            for pair in zip(symbols, symbols[1:]):
+            for pair in itertools.pairwise(symbols):
                 pair_counts[pair] += count
         if not pair_counts:
             break

@@ -32,7 +32,9 @@ class Tones(NamedTuple):
 def sine(tones: Tones, sample_rate: int, seconds: float) -> FloatArray:
     assert len(tones.freqs_hz) == len(tones.amplitudes)
     t = np.arange(round(sample_rate * seconds)) / sample_rate
-    channels = [a * np.sin(2 * np.pi * f * t) for f, a in zip(tones.freqs_hz, tones.amplitudes)]
+    channels = [
+        a * np.sin(2 * np.pi * f * t) for f, a in zip(tones.freqs_hz, tones.amplitudes, strict=True)
+    ]
     samples = np.stack(channels).astype(np.float32)
     return samples[0] if len(channels) == 1 else samples
 

@@ -21,6 +21,9 @@ Routes:
 
 :class:`RawOrigin` is a bare socket server for what aiohttp's server will not send: it answers
 each path with registered raw bytes (status line, headers and body as given), then closes.
+
+The fixtures that start these servers (``media_server``, ``raw_origin``, ...) live in
+``conftest.py`` (and ``security/conftest.py``); tests request them by name.
 """
 
 from __future__ import annotations
@@ -30,15 +33,9 @@ import contextlib
 import socket
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import pytest
 from aiohttp import web
-
-from mediaref.media._transport.http_client import MediaHTTPClient
-from mediaref.media._transport.loop_thread import run_sync
-from mediaref.media.connector import MediaConnector
 
 _CHUNK = 64 * 1024
 _RAW_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
@@ -216,7 +213,6 @@ class MediaServer:
         request.transport.close()
         return response
 
-
     async def _stall(self, request: web.Request) -> web.StreamResponse:
         assert self._stopping is not None
         response = web.StreamResponse()
@@ -250,7 +246,6 @@ class MediaServer:
             body=body,
             headers={"Content-Encoding": coding, "Content-Type": "application/octet-stream"},
         )
-
 
     async def _cookie(self, request: web.Request) -> web.Response:
         self.cookies_received.append(request.headers.get("Cookie"))
@@ -299,77 +294,3 @@ class RawOrigin:
                     name = head.split(b" ", 2)[1].decode("ascii", "replace").lstrip("/")
                     self.requests[name] += 1
                     conn.sendall(self.responses.get(name, _RAW_NOT_FOUND))
-
-
-# Settings the connector reads; each test starts from their defaults and no proxy.
-_TRANSPORT_ENV = (
-    "VLLM_IMAGE_FETCH_TIMEOUT",
-    "VLLM_VIDEO_FETCH_TIMEOUT",
-    "VLLM_AUDIO_FETCH_TIMEOUT",
-    "VLLM_MEDIA_FETCH_MAX_RETRIES",
-    "VLLM_MEDIA_URL_ALLOW_REDIRECTS",
-    "VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS",
-    "VLLM_MEDIA_CONNECTOR",
-    "VLLM_MEDIA_CACHE",
-    "VLLM_MEDIA_CACHE_MAX_SIZE_MB",
-    "VLLM_MEDIA_CACHE_TTL_HOURS",
-    "VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB",
-    "VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "no_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-)
-
-
-@pytest.fixture(autouse=True)
-def clean_transport_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in _TRANSPORT_ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def http_client() -> Iterator[MediaHTTPClient]:
-    client = MediaHTTPClient()
-    yield client
-    # Sessions opened by the synchronous API live on the private loop; close them there.
-    # Sessions opened on a test's own loop are closed when that loop shuts down.
-    run_sync(client.close())
-
-
-@pytest.fixture
-def connector(http_client: MediaHTTPClient) -> MediaConnector:
-    """A connector that may reach the loopback test server."""
-    return MediaConnector(http_client, allow_private_ips=True)
-
-
-@pytest.fixture
-def media_server() -> Iterator[MediaServer]:
-    server = MediaServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def second_media_server() -> Iterator[MediaServer]:
-    """Another origin: same host, its own port."""
-    server = MediaServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def raw_origin() -> Iterator[RawOrigin]:
-    origin = RawOrigin().start()
-    try:
-        yield origin
-    finally:
-        origin.stop()

@@ -2,6 +2,9 @@
 
 Crafted payloads are built at the byte level where Pillow would refuse to write them (headers
 declaring more pixels than the body holds, which is what a decompression bomb looks like).
+
+:func:`encode` is the one way the tests turn a Pillow image into encoded bytes (PNG, JPEG, ...):
+a test that needs a small picture builds it with Pillow or numpy and encodes it here.
 """
 
 from __future__ import annotations

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-import io
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from PIL import Image
 
+from _image_samples import encode
 from mediaref.cache import MultiModalProcessorOnlyCache
 from mediaref.inputs import MultiModalInputs
 from mediaref.media.base import MediaRef
@@ -54,9 +54,7 @@ def image_bytes(variant: int, size: int = 56) -> bytes:
         ],
         axis=-1,
     ).astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(buffer, "PNG")
-    return buffer.getvalue()
+    return encode(Image.fromarray(pixels, "RGB"), "PNG")
 
 
 CORRUPT_IMAGE = b"this payload is not an image at all"
@@ -161,8 +159,8 @@ def make_inspecting_processor_class() -> type[Any]:
     """
 
     class InspectingProcessor(Qwen2VLMultiModalProcessor):
-        states: list[MultiModalApplyState] = []
-        hf_calls: list[HfCall] = []
+        states: ClassVar[list[MultiModalApplyState]] = []
+        hf_calls: ClassVar[list[HfCall]] = []
         phase1_started = threading.Event()
         phase1_gate: threading.Event | None = None
         hf_started = threading.Event()

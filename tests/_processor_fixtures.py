@@ -164,7 +164,7 @@ def assert_same_outputs(actual: MultiModalInputs, expected: MultiModalInputs) ->
     for modality, expected_items in expected_kwargs.items():
         actual_items = actual_kwargs[modality]
         assert len(actual_items) == len(expected_items)
-        for actual_item, expected_item in zip(actual_items, expected_items):
+        for actual_item, expected_item in zip(actual_items, expected_items, strict=True):
             assert_same_item(actual_item.get_data(), expected_item.get_data())
 
 

@@ -74,7 +74,7 @@ def read_frame_index(frame: np.ndarray) -> int:
     return index
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def make_clip(
     codec: str = "h264",
     container: str = "mp4",
@@ -142,7 +142,11 @@ def _find_box(data: bytes, path: tuple[bytes, ...], start: int = 0, end: int | N
     while position + 8 <= end:
         size, kind = struct.unpack_from(">I4s", data, position)
         if kind == path[0]:
-            return position if len(path) == 1 else _find_box(data, path[1:], position + 8, position + size)
+            return (
+                position
+                if len(path) == 1
+                else _find_box(data, path[1:], position + 8, position + size)
+            )
         position += size
     raise KeyError(path)
 
@@ -176,7 +180,9 @@ def declare_mp4_samples(data: bytes, count: int) -> bytes:
     return bytes(out)
 
 
-def make_clip_with_timestamps(container: str, pts_of: Callable[[int], int], num_frames: int = 40) -> bytes:
+def make_clip_with_timestamps(
+    container: str, pts_of: Callable[[int], int], num_frames: int = 40
+) -> bytes:
     """Intra-only frames painted with their index, muxed with presentation timestamps
     ``pts_of(index)`` (which may go backwards) and decode timestamps that increase, as muxers
     require."""
@@ -186,11 +192,13 @@ def make_clip_with_timestamps(container: str, pts_of: Callable[[int], int], num_
         stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
         stream.time_base = Fraction(1, 30)
         stream.codec_context.gop_size = 1
+
         def mux(packets: list[av.Packet]) -> None:
             for packet in packets:
                 index = packet.pts
                 packet.pts, packet.dts = pts_of(index), index - 10 * num_frames
                 output.mux(packet)
+
         for index in range(num_frames):
             frame = av.VideoFrame.from_ndarray(frame_pattern(index, 64, 48), format="rgb24")
             frame.pts = index

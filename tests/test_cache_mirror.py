@@ -65,17 +65,18 @@ def process_on_frontend(
     if is_cached is None:
         is_cached = sender.is_cached(hashes)
     inputs = [
-        None if hit else (pool.items[h], pool.updates[h]) for h, hit in zip(hashes, is_cached)
+        None if hit else (pool.items[h], pool.updates[h])
+        for h, hit in zip(hashes, is_cached, strict=True)
     ]
     outputs = sender.get_and_update(inputs, list(hashes))
-    for h, (_, updates) in zip(hashes, outputs):
+    for h, (_, updates) in zip(hashes, outputs, strict=True):
         assert updates == pool.updates[h]  # prompt updates come back on hits too
     return Sent([item for item, _ in outputs], list(hashes))
 
 
 def deliver_to_engine_core(receiver: MultiModalReceiverCache, pool: Pool, sent: Sent) -> None:
     received = receiver.get_and_update(sent.wire, sent.hashes)
-    for h, item in zip(sent.hashes, received):
+    for h, item in zip(sent.hashes, received, strict=True):
         assert item is pool.items[h]
 
 

@@ -22,18 +22,12 @@ from urllib.parse import quote
 import av
 import numpy as np
 import pytest
+
 from _audio_samples import Tones, dominant_frequency_hz, encode_soundfile, sine
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-)
+from _http_server import MediaServer
 from _lazy_fixtures import image_bytes
 from _processor_fixtures import assert_matches_hf, reference_image
 from _video_samples import make_clip
-
 from mediaref.entrypoints import chat_utils
 from mediaref.entrypoints.chat_utils import (
     AUDIO_IN_VIDEO_UUID_SUFFIX,
@@ -50,9 +44,9 @@ from mediaref.exceptions import (
     MediaNotFoundError,
     VLLMValidationError,
 )
+from mediaref.media._transport.http_client import MediaHTTPClient
 from mediaref.media.base import MediaIO, MediaRef
 from mediaref.media.connector import MediaConnector
-from mediaref.media._transport.http_client import MediaHTTPClient
 from mediaref.models.builtin import builtin_model_path
 from mediaref.models.qwen2_vl import Qwen2VLProcessingInfo
 from mediaref.processing.context import BaseProcessingInfo, ModelConfig
@@ -168,7 +162,9 @@ def ref_identities(mm_data: Mapping[str, Any] | None) -> dict[str, list[Any]]:
 
 @pytest.fixture
 def file_connector(tmp_path: Path, http_client: MediaHTTPClient) -> MediaConnector:
-    return MediaConnector(http_client, allowed_local_media_path=str(tmp_path), allow_private_ips=True)
+    return MediaConnector(
+        http_client, allowed_local_media_path=str(tmp_path), allow_private_ips=True
+    )
 
 
 def file_url(directory: Path, name: str, data: bytes) -> str:
@@ -236,7 +232,10 @@ def test_audio_url_and_input_audio_for_qwen2_audio(
     inline = wav_bytes(880.0)
     messages = user(
         {"type": "audio_url", "audio_url": {"url": url}},
-        {"type": "input_audio", "input_audio": {"data": base64.b64encode(inline).decode(), "format": "wav"}},
+        {
+            "type": "input_audio",
+            "input_audio": {"data": base64.b64encode(inline).decode(), "format": "wav"},
+        },
         {"type": "text", "text": "What are these tones?"},
     )
     conversation, mm_data, _ = parse_chat_messages(messages, audio_info, connector)
@@ -278,12 +277,18 @@ def test_a_model_config_resolves_to_one_shared_processing_info() -> None:
         ({"foo": "bar"}, "messages[0].content[1].type"),
         (42, "messages[0].content[1]"),
         ({"type": "image_url"}, "messages[0].content[1].image_url.url"),
-        ({"type": "image_url", "image_url": {"detail": "auto"}}, "messages[0].content[1].image_url.url"),
+        (
+            {"type": "image_url", "image_url": {"detail": "auto"}},
+            "messages[0].content[1].image_url.url",
+        ),
         ({"type": "image_url", "image_url": ["x"]}, "messages[0].content[1].image_url"),
         ({"type": "video_url", "video_url": {"url": ""}}, "messages[0].content[1].video_url.url"),
         ({"type": "text", "text": 5}, "messages[0].content[1].text"),
         ({"type": "image_url", "image_url": None, "uuid": 5}, "messages[0].content[1].uuid"),
-        ({"type": "input_audio", "input_audio": {"format": "wav"}}, "messages[0].content[1].input_audio.data"),
+        (
+            {"type": "input_audio", "input_audio": {"format": "wav"}},
+            "messages[0].content[1].input_audio.data",
+        ),
         (
             {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav;x=1"}},
             "messages[0].content[1].input_audio.format",
@@ -334,7 +339,10 @@ def test_parts_without_type_and_plain_string_urls_are_recognised(
         vl_info,
         connector,
     )
-    assert conversation[0]["content"] == [{"type": "image"}, {"type": "text", "text": "what is it?"}]
+    assert conversation[0]["content"] == [
+        {"type": "image"},
+        {"type": "text", "text": "what is it?"},
+    ]
     assert mm_data is not None and mm_data["image"][0].data == image_bytes(4)
 
 
@@ -358,14 +366,18 @@ def test_the_models_per_prompt_limit_is_enforced_before_any_download(
     urls = [media_server.add_file(f"{i}.png", image_bytes(10 + i)) for i in range(3)]
     with pytest.raises(VLLMValidationError, match="at most 2 image item") as info:
         parse_chat_messages(
-            [{"role": "user", "content": [image_part(urls[0])]},
-             {"role": "user", "content": ["more", image_part(urls[1]), image_part(urls[2])]}],
+            [
+                {"role": "user", "content": [image_part(urls[0])]},
+                {"role": "user", "content": ["more", image_part(urls[1]), image_part(urls[2])]},
+            ],
             omni_info,
             connector,
         )
     assert info.value.parameter == "messages[1].content[2].image_url"
     assert media_server.total_requests() == 0
-    _, mm_data, _ = parse_chat_messages(user(image_part(urls[0]), image_part(urls[1])), omni_info, connector)
+    _, mm_data, _ = parse_chat_messages(
+        user(image_part(urls[0]), image_part(urls[1])), omni_info, connector
+    )
     assert mm_data is not None and len(mm_data["image"]) == 2  # at the limit is fine
 
 
@@ -377,7 +389,10 @@ async def test_limit_mm_per_prompt_tightens_the_models_limit(
     assert (tracker.get_limit("image"), tracker.get_limit("video")) == (1, None)
     with pytest.raises(VLLMValidationError, match="at most 1 image item") as info:
         await parse_chat_messages_async(
-            user(image_part(url), image_part(url)), vl_info, connector, limit_mm_per_prompt={"image": 1}
+            user(image_part(url), image_part(url)),
+            vl_info,
+            connector,
+            limit_mm_per_prompt={"image": 1},
         )
     assert info.value.parameter == "messages[0].content[1].image_url"
 
@@ -391,7 +406,9 @@ def test_get_media_io_delegates_to_the_models_processing_info(
     calls: list[tuple[str, dict[str, Any]]] = []
 
     class RecordingInfo(Qwen2VLProcessingInfo):
-        def get_media_io(self, modality: str, media_io_kwargs: Mapping[str, Any] | None = None) -> MediaIO[Any]:
+        def get_media_io(
+            self, modality: str, media_io_kwargs: Mapping[str, Any] | None = None
+        ) -> MediaIO[Any]:
             calls.append((modality, dict(media_io_kwargs or {})))
             return super().get_media_io(modality, media_io_kwargs)
 
@@ -401,8 +418,8 @@ def test_get_media_io_delegates_to_the_models_processing_info(
     video_io = tracker.get_media_io("video")
     override_io = tracker.get_media_io("video", {"num_frames": 2})
     assert calls == [("video", {"num_frames": 6}), ("video", {"num_frames": 2})]
-    assert getattr(video_io, "num_frames") == 6 and getattr(override_io, "num_frames") == 2
-    assert getattr(video_io, "video_backend") == "pyav"  # the backend bound to Qwen2-VL's processor
+    assert video_io.num_frames == 6 and override_io.num_frames == 2
+    assert video_io.video_backend == "pyav"  # the backend bound to Qwen2-VL's processor
     assert tracker.get_media_io("video") is video_io  # resolved once per request and modality
 
 
@@ -446,7 +463,9 @@ async def test_uuids_per_part_and_uuid_only_items(
     assert (uuid_only, typeless) == (None, None)
 
     _, audio_data, audio_uuids = parse_chat_messages(
-        user({"type": "input_audio", "input_audio": {"data": "", "format": "wav"}, "uuid": "clip-1"}),
+        user(
+            {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}, "uuid": "clip-1"}
+        ),
         audio_info,
         connector,
     )
@@ -477,7 +496,9 @@ async def test_use_audio_in_video_downloads_once(
     messages = user({"type": "video_url", "video_url": {"url": url}, "uuid": "v1"}, "listen")
     kwargs: dict[str, Any] = {"mm_processor_kwargs": {"use_audio_in_video": True}}
     if entry == "sync":
-        conversation, mm_data, mm_uuids = parse_chat_messages(messages, omni_info, connector, **kwargs)
+        conversation, mm_data, mm_uuids = parse_chat_messages(
+            messages, omni_info, connector, **kwargs
+        )
     else:
         conversation, mm_data, mm_uuids = await parse_chat_messages_async(
             messages, omni_info, connector, **kwargs
@@ -509,7 +530,9 @@ def test_use_audio_in_video_needs_a_model_that_takes_audio(
             mm_processor_kwargs={"use_audio_in_video": True},
         )
     with pytest.raises(VLLMValidationError) as info:
-        parse_chat_messages([], vl_info, connector, mm_processor_kwargs={"use_audio_in_video": "yes"})
+        parse_chat_messages(
+            [], vl_info, connector, mm_processor_kwargs={"use_audio_in_video": "yes"}
+        )
     assert info.value.parameter == "mm_processor_kwargs"
     assert media_server.total_requests() == 0
 
@@ -524,13 +547,25 @@ async def test_sync_and_async_parse_to_the_same_result(
     tmp_path: Path,
 ) -> None:
     messages = [
-        {"role": "user", "content": [
-            image_part(media_server.add_file("a.png", image_bytes(20)), uuid="a"),
-            {"type": "video_url", "video_url": {"url": file_url(tmp_path, "v.mp4", video_bytes())}},
-            {"type": "text", "text": "and"},
-        ]},
+        {
+            "role": "user",
+            "content": [
+                image_part(media_server.add_file("a.png", image_bytes(20)), uuid="a"),
+                {
+                    "type": "video_url",
+                    "video_url": {"url": file_url(tmp_path, "v.mp4", video_bytes())},
+                },
+                {"type": "text", "text": "and"},
+            ],
+        },
         {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": [image_part(data_url("image/png", image_bytes(21))), image_part(None, uuid="z")]},
+        {
+            "role": "user",
+            "content": [
+                image_part(data_url("image/png", image_bytes(21))),
+                image_part(None, uuid="z"),
+            ],
+        },
     ]
     kwargs: dict[str, Any] = {"media_io_kwargs": VIDEO_IO_KWARGS}
     sync_conv, sync_data, sync_uuids = await asyncio.to_thread(
@@ -574,7 +609,9 @@ async def test_the_async_parser_fetches_concurrently_through_the_connectors_meth
     gated = GatedConnector(expected=3)
     _, mm_data, _ = await parse_chat_messages_async(user(*map(image_part, urls)), vl_info, gated)
     assert gated.started == 3
-    assert mm_data is not None and [ref.data for ref in mm_data["image"]] == [image_bytes(30 + i) for i in range(3)]
+    assert mm_data is not None and [ref.data for ref in mm_data["image"]] == [
+        image_bytes(30 + i) for i in range(3)
+    ]
     await asyncio.to_thread(parse_chat_messages, user(image_part(urls[0])), vl_info, gated)
     assert gated.sync_calls == 1
 
@@ -584,7 +621,9 @@ async def test_fetch_errors_propagate_first_in_request_order(
     entry: str, vl_info: BaseProcessingInfo, media_server: MediaServer, connector: MediaConnector
 ) -> None:
     # The refused scheme fails at once; the 404 needs a round trip, yet it is the first part.
-    messages = user(image_part(media_server.url("/status/404")), image_part("ftp://example.com/a.png"))
+    messages = user(
+        image_part(media_server.url("/status/404")), image_part("ftp://example.com/a.png")
+    )
     with pytest.raises(MediaNotFoundError) as info:
         if entry == "sync":
             parse_chat_messages(messages, vl_info, connector)
@@ -592,7 +631,9 @@ async def test_fetch_errors_propagate_first_in_request_order(
             await parse_chat_messages_async(messages, vl_info, connector)
     assert info.value.status_code == 404
     with pytest.raises(MediaNotAllowedError):
-        await parse_chat_messages_async(user(image_part("ftp://example.com/a.png")), vl_info, connector)
+        await parse_chat_messages_async(
+            user(image_part("ftp://example.com/a.png")), vl_info, connector
+        )
 
 
 async def test_pending_fetches_are_not_reported_as_data(
@@ -619,14 +660,19 @@ def test_content_format_detection() -> None:
     for name in ("qwen2_vl", "qwen2_audio"):
         template = (builtin_model_path(name) / "chat_template.jinja").read_text()
         assert detect_content_format(template) == "openai"
-    assert detect_content_format("{% for m in messages %}{{ m['content'] }}{% endfor %}") == "string"
+    assert (
+        detect_content_format("{% for m in messages %}{{ m['content'] }}{% endfor %}") == "string"
+    )
     aliased = "{% for m in messages %}{% set parts = m.content %}{% for p in parts %}{{ p.text }}{% endfor %}{% endfor %}"
     assert detect_content_format(aliased) == "openai"
     assert detect_content_format("{% for p in message['content'] | list %}{% endfor %}") == "openai"
     # Tags only the tokenizer's environment knows: the loop header is read off the source.
     generation = "{% for m in messages %}{% generation %}{% for p in m['content'] %}{% endfor %}{% endgeneration %}{% endfor %}"
     assert detect_content_format(generation) == "openai"
-    assert detect_content_format("{% generation %}{{ messages[0]['content'] }}{% endgeneration %}") == "string"
+    assert (
+        detect_content_format("{% generation %}{{ messages[0]['content'] }}{% endgeneration %}")
+        == "string"
+    )
 
 
 STRING_TEMPLATE = (
@@ -639,9 +685,15 @@ def test_string_format_places_the_models_placeholders(
     audio_info: BaseProcessingInfo, vl_info: BaseProcessingInfo, connector: MediaConnector
 ) -> None:
     wav = data_url("audio/wav", wav_bytes())
-    messages = user("first", {"type": "audio_url", "audio_url": wav}, "then",
-                    {"type": "audio_url", "audio_url": wav})
-    assert resolve_chat_template_content_format(audio_info, chat_template=STRING_TEMPLATE) == "string"
+    messages = user(
+        "first",
+        {"type": "audio_url", "audio_url": wav},
+        "then",
+        {"type": "audio_url", "audio_url": wav},
+    )
+    assert (
+        resolve_chat_template_content_format(audio_info, chat_template=STRING_TEMPLATE) == "string"
+    )
     conversation, mm_data, _ = parse_chat_messages(
         messages, audio_info, connector, chat_template=STRING_TEMPLATE
     )
@@ -657,7 +709,9 @@ def test_string_format_places_the_models_placeholders(
     assert prompt == f"[user] {conversation[0]['content']}\n[assistant] "
 
     vl_conversation, _, _ = parse_chat_messages(
-        user(image_part(data_url("image/png", image_bytes(50))), "x"), vl_info, connector,
+        user(image_part(data_url("image/png", image_bytes(50))), "x"),
+        vl_info,
+        connector,
         content_format="string",
     )
     assert vl_conversation[0]["content"] == "<|vision_start|><|image_pad|><|vision_end|>\nx"
@@ -670,7 +724,15 @@ def test_string_format_without_a_placeholder_for_the_modality_is_a_400(
     # Qwen2-VL's template writes nothing for audio parts, so audio cannot be placed in a string.
     with pytest.raises(VLLMValidationError, match="no placeholder for audio") as info:
         parse_chat_messages(
-            user({"type": "input_audio", "input_audio": {"data": base64.b64encode(wav_bytes()).decode(), "format": "wav"}}),
+            user(
+                {
+                    "type": "input_audio",
+                    "input_audio": {
+                        "data": base64.b64encode(wav_bytes()).decode(),
+                        "format": "wav",
+                    },
+                }
+            ),
             omni_info,
             connector,
             content_format="string",
@@ -681,7 +743,9 @@ def test_string_format_without_a_placeholder_for_the_modality_is_a_400(
     assert bad_format.value.parameter == "chat_template_content_format"
 
 
-def test_a_processing_infos_placeholder_hook_wins(vl_info: BaseProcessingInfo, connector: MediaConnector) -> None:
+def test_a_processing_infos_placeholder_hook_wins(
+    vl_info: BaseProcessingInfo, connector: MediaConnector
+) -> None:
     class HookedInfo(Qwen2VLProcessingInfo):
         def get_placeholder_str(self, modality: str, ordinal: int) -> str:
             return f"<{modality}-{ordinal}>"
@@ -697,11 +761,17 @@ def test_a_processing_infos_placeholder_hook_wins(vl_info: BaseProcessingInfo, c
 
 
 def test_apply_chat_template_options_and_errors(vl_info: BaseProcessingInfo) -> None:
-    conversation = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}]
-    prompt = apply_chat_template(vl_info, conversation, chat_template_kwargs={"add_vision_id": True})
+    conversation = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}
+    ]
+    prompt = apply_chat_template(
+        vl_info, conversation, chat_template_kwargs={"add_vision_id": True}
+    )
     assert "Picture 1: <|vision_start|><|image_pad|><|vision_end|>hi" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
-    assert not apply_chat_template(vl_info, conversation, add_generation_prompt=False).endswith("assistant\n")
+    assert not apply_chat_template(vl_info, conversation, add_generation_prompt=False).endswith(
+        "assistant\n"
+    )
 
     cases: list[tuple[dict[str, Any], str]] = [
         ({"continue_final_message": True}, "continue_final_message"),
@@ -719,7 +789,10 @@ def test_apply_chat_template_options_and_errors(vl_info: BaseProcessingInfo) -> 
 
 
 async def test_end_to_end_every_item_gets_its_placeholders(
-    vl_renderer: BaseRenderer, vl_info: BaseProcessingInfo, media_server: MediaServer, connector: MediaConnector
+    vl_renderer: BaseRenderer,
+    vl_info: BaseProcessingInfo,
+    media_server: MediaServer,
+    connector: MediaConnector,
 ) -> None:
     messages = user(
         "Compare",
@@ -744,28 +817,44 @@ async def test_end_to_end_every_item_gets_its_placeholders(
     for modality, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>")):
         token_id = tokenizer.convert_tokens_to_ids(token)
         grids = out["mm_kwargs"].get_data()[f"{modality}_grid_thw"]
-        for placeholder, grid in zip(placeholders[modality], grids):
+        for placeholder, grid in zip(placeholders[modality], grids, strict=True):
             assert placeholder.length == int(grid.prod()) // 4
-            assert set(ids[placeholder.offset : placeholder.offset + placeholder.length]) == {token_id}
-    assert [p.length for p in placeholders["image"]] == [4, 9]  # 56 px and 84 px: 4x4 and 6x6 patches
+            assert set(ids[placeholder.offset : placeholder.offset + placeholder.length]) == {
+                token_id
+            }
+    assert [p.length for p in placeholders["image"]] == [
+        4,
+        9,
+    ]  # 56 px and 84 px: 4x4 and 6x6 patches
     assert all(ref.data for ref in all_refs(mm_data))  # the caller's refs stay usable
 
 
 async def test_end_to_end_one_image_equals_hf_on_the_decoded_image(
-    vl_renderer: BaseRenderer, vl_info: BaseProcessingInfo, media_server: MediaServer, connector: MediaConnector
+    vl_renderer: BaseRenderer,
+    vl_info: BaseProcessingInfo,
+    media_server: MediaServer,
+    connector: MediaConnector,
 ) -> None:
     data = image_bytes(70, size=112)
-    messages = user(image_part(media_server.add_file("p.png", data), uuid="photo-70"), "Describe it.")
+    messages = user(
+        image_part(media_server.add_file("p.png", data), uuid="photo-70"), "Describe it."
+    )
     conversation, mm_data, mm_uuids = await parse_chat_messages_async(messages, vl_info, connector)
     prompt = apply_chat_template(vl_info, conversation)
     assert mm_data is not None
-    out = await vl_renderer.process_multimodal_async(MultiModalRequest(prompt, mm_data, mm_uuids=mm_uuids))
+    out = await vl_renderer.process_multimodal_async(
+        MultiModalRequest(prompt, mm_data, mm_uuids=mm_uuids)
+    )
 
     # Qwen2-VL's default is mm_device_do_normalize (issue 12): raw uint8 pixels, as HF emits them
     # with its rescale and normalize off; the model normalizes on the device.
     assert out["mm_device_do_normalize"] is True
     hf_out = vl_info.get_hf_processor()(
-        text=[prompt], images=[reference_image(data)], return_tensors="pt", do_rescale=False, do_normalize=False
+        text=[prompt],
+        images=[reference_image(data)],
+        return_tensors="pt",
+        do_rescale=False,
+        do_normalize=False,
     )
     token_id = vl_info.get_tokenizer().convert_tokens_to_ids("<|image_pad|>")
     assert_matches_hf(out, hf_out, ["pixel_values", "image_grid_thw"], {"image": token_id})
@@ -777,24 +866,42 @@ async def test_end_to_end_one_image_equals_hf_on_the_decoded_image(
     )
     assert uuid_data == {"image": [None]}
     again = await vl_renderer.process_multimodal_async(
-        MultiModalRequest(apply_chat_template(vl_info, uuid_conversation), uuid_data, mm_uuids=uuid_uuids)
+        MultiModalRequest(
+            apply_chat_template(vl_info, uuid_conversation), uuid_data, mm_uuids=uuid_uuids
+        )
     )
     assert again["prompt_token_ids"] == out["prompt_token_ids"]
     assert again["mm_hashes"] == out["mm_hashes"]
 
 
 async def test_end_to_end_audio_items_get_their_placeholders(
-    audio_renderer: BaseRenderer, audio_info: BaseProcessingInfo, media_server: MediaServer, connector: MediaConnector
+    audio_renderer: BaseRenderer,
+    audio_info: BaseProcessingInfo,
+    media_server: MediaServer,
+    connector: MediaConnector,
 ) -> None:
     messages = user(
-        {"type": "audio_url", "audio_url": {"url": media_server.add_file("t.wav", wav_bytes(440.0, 1.0))}},
-        {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav_bytes(660.0, 2.0)).decode(), "format": "wav"}},
+        {
+            "type": "audio_url",
+            "audio_url": {"url": media_server.add_file("t.wav", wav_bytes(440.0, 1.0))},
+        },
+        {
+            "type": "input_audio",
+            "input_audio": {
+                "data": base64.b64encode(wav_bytes(660.0, 2.0)).decode(),
+                "format": "wav",
+            },
+        },
         "Which is longer?",
     )
-    conversation, mm_data, mm_uuids = await parse_chat_messages_async(messages, audio_info, connector)
+    conversation, mm_data, mm_uuids = await parse_chat_messages_async(
+        messages, audio_info, connector
+    )
     prompt = apply_chat_template(audio_info, conversation)
     assert "Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\nAudio 2: " in prompt
     assert mm_data is not None
-    out = await audio_renderer.process_multimodal_async(MultiModalRequest(prompt, mm_data, mm_uuids=mm_uuids))
+    out = await audio_renderer.process_multimodal_async(
+        MultiModalRequest(prompt, mm_data, mm_uuids=mm_uuids)
+    )
     one_second, two_seconds = out["mm_placeholders"]["audio"]
     assert (one_second.length, two_seconds.length) == (25, 50)  # one token per 40 ms

@@ -10,15 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-)
-from _raw_media import RawMediaIO
 
+from _http_server import MediaServer
+from _raw_media import RawMediaIO
 from mediaref.exceptions import MediaNotAllowedError, MediaNotFoundError, MediaTooLargeError
 from mediaref.media._transport.disk_cache import ENTRY_SUFFIX, DiskCache
 from mediaref.media._transport.errors import TooLargeError

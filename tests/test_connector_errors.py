@@ -12,18 +12,12 @@ from urllib.parse import quote
 
 import aiohttp
 import pytest
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-)
-from _raw_media import RawMediaIO
 from aiohttp.client_reqrep import ConnectionKey
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from _http_server import MediaServer
+from _raw_media import RawMediaIO
 from mediaref.exceptions import (
     MediaClientError,
     MediaNotAllowedError,

@@ -8,9 +8,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from _http_server import clean_transport_env, http_client  # noqa: F401  (fixtures)
-from _raw_media import RawMediaIO
 
+from _raw_media import RawMediaIO
 from mediaref.exceptions import (
     MediaClientError,
     MediaNotAllowedError,

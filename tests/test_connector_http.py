@@ -12,15 +12,9 @@ import socket
 import threading
 
 import pytest
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-)
-from _raw_media import RawAudioIO, RawMediaIO, RawVideoIO
 
+from _http_server import MediaServer
+from _raw_media import RawAudioIO, RawMediaIO, RawVideoIO
 from mediaref.exceptions import (
     MediaClientError,
     MediaNotFoundError,

@@ -12,16 +12,11 @@ import numpy as np
 import pybase64
 import pytest
 import soundfile as sf  # type: ignore[import-untyped]
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-)
-from _raw_media import RawMediaIO
 from PIL import Image
 
+from _http_server import MediaServer
+from _image_samples import encode
+from _raw_media import RawMediaIO
 from mediaref import utils
 from mediaref.media._transport.http_client import MediaHTTPClient
 from mediaref.media.base import MediaIO, MediaRef
@@ -127,9 +122,7 @@ def test_a_name_cannot_be_taken_by_a_second_class() -> None:
 
 def png_bytes() -> bytes:
     image = Image.fromarray(np.arange(48 * 32 * 3, dtype=np.uint8).reshape(32, 48, 3) % 251)
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
+    return encode(image, "PNG")
 
 
 def test_fetch_image_returns_a_decoded_image_from_a_data_url() -> None:

@@ -9,15 +9,9 @@ import socket
 from urllib.parse import quote
 
 import pytest
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-)
-from _raw_media import RawMediaIO
 
+from _http_server import MediaServer
+from _raw_media import RawMediaIO
 from mediaref.exceptions import MediaClientError, MediaNotAllowedError
 from mediaref.media._transport import addresses
 from mediaref.media._transport.errors import AddressRefusedError

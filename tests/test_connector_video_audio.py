@@ -13,15 +13,9 @@ import av
 import numpy as np
 import pybase64
 import pytest
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-)
-from _raw_media import RawAudioIO, RawVideoIO
 
+from _http_server import MediaServer
+from _raw_media import RawAudioIO, RawVideoIO
 from mediaref.exceptions import MediaTimeoutError, MediaTooLargeError
 from mediaref.media._transport import data_url
 from mediaref.media._transport.http_client import MediaHTTPClient

@@ -29,11 +29,6 @@ def load_tokenizer(**kwargs: Any) -> Any:
     return AutoTokenizer.from_pretrained(str(builtin_model_path("qwen2_vl")), **kwargs)
 
 
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return load_tokenizer()
-
-
 class WrapperForbidden(Exception):
     pass
 
@@ -48,12 +43,15 @@ def forbid_wrapper(monkeypatch: pytest.MonkeyPatch, tokenizer: Any) -> None:
 @pytest.mark.parametrize("add_special_tokens", [None, True, False])
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_direct_route_gives_the_wrappers_ids(
-    tokenizer: Any, monkeypatch: pytest.MonkeyPatch, prompt: str, add_special_tokens: bool | None
+    qwen2_vl_tokenizer: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    prompt: str,
+    add_special_tokens: bool | None,
 ) -> None:
     kwargs = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
-    expected = tokenizer.encode(prompt, **kwargs)
-    forbid_wrapper(monkeypatch, tokenizer)  # the fast route must not fall back to encode()
-    assert encode_text(tokenizer, prompt, **kwargs) == expected
+    expected = qwen2_vl_tokenizer.encode(prompt, **kwargs)
+    forbid_wrapper(monkeypatch, qwen2_vl_tokenizer)  # the fast route must not fall back to encode()
+    assert encode_text(qwen2_vl_tokenizer, prompt, **kwargs) == expected
 
 
 _PIECES = st.sampled_from(["<|image_pad|>", "<|im_start|>", "<|im_end|>", "\n", " ", "ab", "é"])
@@ -61,19 +59,19 @@ _PIECES = st.sampled_from(["<|image_pad|>", "<|im_start|>", "<|im_end|>", "\n", 
 
 @settings(max_examples=200, deadline=None)
 @given(pieces=st.lists(st.one_of(_PIECES, st.text(max_size=12)), max_size=12))
-def test_direct_route_matches_on_arbitrary_text(tokenizer: Any, pieces: list[str]) -> None:
-    prompt = "".join(pieces)  # the module-scoped tokenizer is shared by every example
-    assert encode_text(tokenizer, prompt) == tokenizer.encode(prompt)
-    assert encode_text(tokenizer, prompt, add_special_tokens=False) == tokenizer.encode(
-        prompt, add_special_tokens=False
-    )
+def test_direct_route_matches_on_arbitrary_text(qwen2_vl_tokenizer: Any, pieces: list[str]) -> None:
+    prompt = "".join(pieces)  # the session-scoped tokenizer is shared by every example
+    assert encode_text(qwen2_vl_tokenizer, prompt) == qwen2_vl_tokenizer.encode(prompt)
+    assert encode_text(
+        qwen2_vl_tokenizer, prompt, add_special_tokens=False
+    ) == qwen2_vl_tokenizer.encode(prompt, add_special_tokens=False)
 
 
-def test_other_arguments_go_through_the_wrapper(tokenizer: Any) -> None:
+def test_other_arguments_go_through_the_wrapper(qwen2_vl_tokenizer: Any) -> None:
     prompt = "one two three four five six seven"
-    expected = tokenizer.encode(prompt, truncation=True, max_length=3)
+    expected = qwen2_vl_tokenizer.encode(prompt, truncation=True, max_length=3)
     assert len(expected) == 3
-    assert encode_text(tokenizer, prompt, truncation=True, max_length=3) == expected
+    assert encode_text(qwen2_vl_tokenizer, prompt, truncation=True, max_length=3) == expected
 
 
 def test_backend_truncation_left_on_goes_through_the_wrapper(
@@ -107,7 +105,9 @@ def test_a_subclass_overriding_encode_keeps_its_behaviour() -> None:
             return super().encode(text.upper(), *args, **kwargs)
 
     tokenizer = Shouting.from_pretrained(str(builtin_model_path("qwen2_vl")))
-    assert encode_text(tokenizer, "abc") == tokenizer.encode("abc") != load_tokenizer().encode("abc")
+    assert (
+        encode_text(tokenizer, "abc") == tokenizer.encode("abc") != load_tokenizer().encode("abc")
+    )
 
 
 def test_non_fast_tokenizers_use_encode() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import uuid
 from dataclasses import dataclass
@@ -13,8 +12,10 @@ import torch
 from PIL import ExifTags, Image
 
 from _counting import CountingDecoder
+from _image_samples import encode
 from mediaref.hasher import MultiModalHasher
 from mediaref.media.base import DecodeSpec, MediaRef
+from mediaref.media.image import ImageMediaIO
 
 H = MultiModalHasher.hash_kwargs
 
@@ -52,12 +53,9 @@ def test_released_ref_still_hashes() -> None:
 
 
 def test_refs_with_white_and_black_rgba_backgrounds_differ() -> None:
-    image_module = pytest.importorskip("mediaref.media.image")
-    buffer = io.BytesIO()
-    Image.new("RGBA", (4, 4), (10, 20, 30, 0)).save(buffer, format="PNG")
-    png = buffer.getvalue()
-    white = image_module.ImageMediaIO(rgba_background_color=(255, 255, 255)).load_bytes_ref(png)
-    black = image_module.ImageMediaIO(rgba_background_color=(0, 0, 0)).load_bytes_ref(png)
+    png = encode(Image.new("RGBA", (4, 4), (10, 20, 30, 0)), "PNG")
+    white = ImageMediaIO(rgba_background_color=(255, 255, 255)).load_bytes_ref(png)
+    black = ImageMediaIO(rgba_background_color=(0, 0, 0)).load_bytes_ref(png)
     assert H(image=white) != H(image=black)
     assert not white.is_decoded and not black.is_decoded
     # Decoded, the composites differ in their pixels too.
@@ -65,8 +63,12 @@ def test_refs_with_white_and_black_rgba_backgrounds_differ() -> None:
 
 
 def test_spec_settings_alone_separate_refs_of_the_same_bytes() -> None:
-    white = MediaRef(b"png", lambda: None, DecodeSpec(modality="image", rgba_background_color=[255, 255, 255]))
-    black = MediaRef(b"png", lambda: None, DecodeSpec(modality="image", rgba_background_color=[0, 0, 0]))
+    white = MediaRef(
+        b"png", lambda: None, DecodeSpec(modality="image", rgba_background_color=[255, 255, 255])
+    )
+    black = MediaRef(
+        b"png", lambda: None, DecodeSpec(modality="image", rgba_background_color=[0, 0, 0])
+    )
     assert H(image=white) != H(image=black)
 
 
@@ -98,8 +100,12 @@ def test_a_non_uuid_image_id_falls_back_to_pixels() -> None:
 
 
 def test_pixels_decide_equality_of_images() -> None:
-    assert H(image=Image.new("RGB", (3, 3), (1, 2, 3))) == H(image=Image.new("RGB", (3, 3), (1, 2, 3)))
-    assert H(image=Image.new("RGB", (3, 3), (1, 2, 3))) != H(image=Image.new("RGB", (3, 3), (1, 2, 4)))
+    assert H(image=Image.new("RGB", (3, 3), (1, 2, 3))) == H(
+        image=Image.new("RGB", (3, 3), (1, 2, 3))
+    )
+    assert H(image=Image.new("RGB", (3, 3), (1, 2, 3))) != H(
+        image=Image.new("RGB", (3, 3), (1, 2, 4))
+    )
 
 
 def test_modes_1_and_l_differ() -> None:
@@ -265,7 +271,9 @@ class Opaque:
     value: int
 
 
-def test_unknown_objects_fall_back_to_pickle_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_objects_fall_back_to_pickle_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with caplog.at_level(logging.WARNING, logger="mediaref.hasher"):
         first = H(x=Opaque(1))
     assert "falling back to pickle" in caplog.text
@@ -300,9 +308,16 @@ def test_the_wire_format_is_the_documented_grammar() -> None:
         return atom(b"str") + count(1) + atom(value.encode())
 
     stream = (
-        atom(b"dict") + count(2)
+        atom(b"dict")
+        + count(2)
         + atom(text("image"))  # keys sort by their encoding: "image" frames shorter
-        + atom(b"list") + count(2) + atom(b"int") + count(1) + atom(b"1") + atom(b"none") + count(0)
+        + atom(b"list")
+        + count(2)
+        + atom(b"int")
+        + count(1)
+        + atom(b"1")
+        + atom(b"none")
+        + count(0)
         + atom(text("model_id"))
         + text("m")
     )

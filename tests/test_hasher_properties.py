@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Any
 
@@ -96,7 +97,7 @@ def repartitions(draw: st.DrawFn) -> tuple[list[str], list[str]]:
     joined = "".join(parts)
     cuts = sorted(draw(st.lists(st.integers(0, len(joined)), max_size=5)))
     bounds = [0, *cuts, len(joined)]
-    return parts, [joined[i:j] for i, j in zip(bounds[:-1], bounds[1:])]
+    return parts, [joined[i:j] for i, j in itertools.pairwise(bounds)]
 
 
 @settings(max_examples=300, deadline=None)

@@ -20,4 +20,6 @@ def test_python_m_mediaref_runs_offline() -> None:
     assert len(renders) == 3
     assert renders[0].endswith("decoded=True")  # the miss decoded its image
     assert all(r.endswith("decoded=False") for r in renders[1:])  # the hits did not
-    assert len({r.split("ms", 1)[1].rsplit(",", 1)[0] for r in renders}) == 1  # same output each time
+    assert (
+        len({r.split("ms", 1)[1].rsplit(",", 1)[0] for r in renders}) == 1
+    )  # same output each time

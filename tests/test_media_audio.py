@@ -17,6 +17,7 @@ import av
 import numpy as np
 import pytest
 import soundfile as sf  # type: ignore[import-untyped]
+
 from _audio_samples import (
     Tones,
     dominant_frequency_hz,
@@ -27,11 +28,11 @@ from _audio_samples import (
     rms,
     sine,
 )
-
 from mediaref.exceptions import MediaTooLargeError
-from mediaref.media.audio import _pyav as _audio_pyav, _soundfile as _audio_soundfile
-from mediaref.media.audio._caps import AudioLimits
 from mediaref.media.audio import AudioMediaIO
+from mediaref.media.audio import _pyav as _audio_pyav
+from mediaref.media.audio import _soundfile as _audio_soundfile
+from mediaref.media.audio._caps import AudioLimits
 from mediaref.media.base import DecodeSpec
 
 MONO = Tones((440.0,), (0.5,))
@@ -64,9 +65,7 @@ def backend_calls(monkeypatch: pytest.MonkeyPatch) -> BackendCalls:
         "decode_with_soundfile",
         spy("soundfile", _audio_soundfile.decode_with_soundfile),
     )
-    monkeypatch.setattr(
-        _audio_pyav, "decode_with_pyav", spy("pyav", _audio_pyav.decode_with_pyav)
-    )
+    monkeypatch.setattr(_audio_pyav, "decode_with_pyav", spy("pyav", _audio_pyav.decode_with_pyav))
     return calls
 
 
@@ -92,7 +91,7 @@ def _assert_sounds_like(samples: np.ndarray, rate: float, tones: Tones) -> None:
     freqs, amplitudes = tones
     channels = samples[None, :] if samples.ndim == 1 else samples
     assert channels.shape[0] == len(freqs)
-    for channel, freq, amplitude in zip(channels, freqs, amplitudes):
+    for channel, freq, amplitude in zip(channels, freqs, amplitudes, strict=True):
         assert dominant_frequency_hz(channel, rate) == pytest.approx(freq, abs=3.0)
         assert rms(channel) == pytest.approx(amplitude / math.sqrt(2), rel=0.15)
 
@@ -219,7 +218,7 @@ def test_concurrent_decodes_match_sequential_ones() -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(lambda clip: decoder.load_bytes_ref(clip).decode(), clips))
 
-    for (samples, rate), (want_samples, want_rate) in zip(results, expected):
+    for (samples, rate), (want_samples, want_rate) in zip(results, expected, strict=True):
         assert rate == want_rate
         np.testing.assert_array_equal(samples, want_samples)
 
@@ -333,11 +332,11 @@ def test_soundfile_decode_stops_at_the_cap_without_trying_pyav(
 ) -> None:
     # load_bytes skips the eager check when the ref is built; the decode checks the header too.
     declared = encode_soundfile(sine(MONO, 8000, 3.0), 8000, "WAV", "PCM_16")
-    with pytest.raises(MediaTooLargeError, match="header declares 3.000 s"):
+    with pytest.raises(MediaTooLargeError, match=r"header declares 3\.000 s"):
         AudioMediaIO(max_duration_s=1).load_bytes(declared)
     # A header that declares no length: the cap fires inside the read loop.
     open_ended = encode_open_ended_flac(sine(MONO, 8000, 3.0), 8000)
-    with pytest.raises(MediaTooLargeError, match="stopped decoding at 1.000 s"):
+    with pytest.raises(MediaTooLargeError, match=r"stopped decoding at 1\.000 s"):
         AudioMediaIO(max_duration_s=1).load_bytes(open_ended)
     assert backend_calls == [("soundfile", "failed")] * 2
 
@@ -380,7 +379,7 @@ def test_endless_frame_source_stops_just_past_the_cap() -> None:
             pulled += 1
             yield item
 
-    with pytest.raises(MediaTooLargeError, match="stopped decoding at 2.125 s"):
+    with pytest.raises(MediaTooLargeError, match=r"stopped decoding at 2\.125 s"):
         _audio_pyav.collect_frames(endless(), AudioLimits(max_duration_s=2.0))
     assert pulled == 17
 

@@ -16,13 +16,14 @@ import weakref
 import numpy as np
 import pytest
 
-from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key, derive_media_key
-from mediaref.exceptions import MediaClientError, MediaTooLargeError
-
 from _counting import CountingDecoder
+from mediaref.exceptions import MediaClientError, MediaTooLargeError
+from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key, derive_media_key
 
 
-def make_ref(data: bytes = b"payload", value: object = "decoded", **spec: object) -> tuple[MediaRef, CountingDecoder]:
+def make_ref(
+    data: bytes = b"payload", value: object = "decoded", **spec: object
+) -> tuple[MediaRef, CountingDecoder]:
     decoder = CountingDecoder(value)
     return MediaRef(data, decoder, DecodeSpec(spec or {"modality": "test"})), decoder
 
@@ -37,7 +38,10 @@ def test_spec_is_canonical_sorted_compact_json() -> None:
 
 
 def test_spec_order_independent_and_hashable() -> None:
-    one, two = DecodeSpec({"a": 1, "b": {"y": 2, "x": 1}}), DecodeSpec({"b": {"x": 1, "y": 2}, "a": 1})
+    one, two = (
+        DecodeSpec({"a": 1, "b": {"y": 2, "x": 1}}),
+        DecodeSpec({"b": {"x": 1, "y": 2}, "a": 1}),
+    )
     assert one == two and hash(one) == hash(two)
     assert one.canonical_bytes() == two.canonical_bytes()
 
@@ -407,7 +411,9 @@ def test_no_forwarding_dunders() -> None:
         assert not hasattr(MediaRef, name), name
 
 
-def test_repr_str_logging_numpy_membership_iteration_never_decode(caplog: pytest.LogCaptureFixture) -> None:
+def test_repr_str_logging_numpy_membership_iteration_never_decode(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     ref, decoder = make_ref(value=np.zeros(3))
     assert "MediaRef(" in repr(ref) and "encoded" in str(ref)
     with caplog.at_level(logging.INFO):
@@ -416,13 +422,13 @@ def test_repr_str_logging_numpy_membership_iteration_never_decode(caplog: pytest
     arr = np.asarray(ref, dtype=object)
     assert arr.shape == () and arr.item() is ref
     with pytest.raises(TypeError):
-        0 in ref  # type: ignore[operator]
+        _ = 0 in ref  # type: ignore[operator]
     with pytest.raises(TypeError):
         iter(ref)  # type: ignore[call-overload]
     with pytest.raises(TypeError):
         ref[0]  # type: ignore[index]
     with pytest.raises(AttributeError):
-        ref.size  # type: ignore[attr-defined]  # no forwarding to the decoded object
+        _ = ref.size  # type: ignore[attr-defined]  # no forwarding to the decoded object
     assert ref in [ref] and ref not in [make_ref()[0]]
     assert f"{ref}"
     assert decoder.calls == 0 and not ref.is_decoded

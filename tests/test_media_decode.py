@@ -18,7 +18,9 @@ from mediaref.media.decode import (
 )
 
 
-def gated_ref(gate: threading.Event, value: object = "ok", fail: Exception | None = None) -> MediaRef:
+def gated_ref(
+    gate: threading.Event, value: object = "ok", fail: Exception | None = None
+) -> MediaRef:
     def decode() -> object:
         assert gate.wait(10), "gate never opened"
         if fail is not None:
@@ -32,12 +34,6 @@ def ready_ref(value: object = "ok", fail: Exception | None = None) -> MediaRef:
     gate = threading.Event()
     gate.set()
     return gated_ref(gate, value, fail)
-
-
-@pytest.fixture
-def pool():
-    with concurrent.futures.ThreadPoolExecutor(4) as executor:
-        yield executor
 
 
 def test_submit_appends_each_job_immediately_even_if_a_later_submit_fails(pool) -> None:
@@ -54,7 +50,9 @@ def test_submit_appends_each_job_immediately_even_if_a_later_submit_fails(pool) 
     jobs: list[MediaDecodeJob] = []
     with pytest.raises(RuntimeError, match="shutdown"):
         submit_media_decodes(
-            [("image", 0, ready_ref()), ("image", 1, ready_ref())], jobs, executor=FailingSecondSubmit()
+            [("image", 0, ready_ref()), ("image", 1, ready_ref())],
+            jobs,
+            executor=FailingSecondSubmit(),
         )
     assert len(jobs) == 1  # the running decode is on the caller's list, so it can be drained
     collect_media_decodes(jobs)
@@ -66,9 +64,13 @@ def test_collect_drains_every_future_before_raising_first_failure_in_request_ord
     bad0 = ready_ref(fail=ValueError("Failed to decode image: corrupt 0"))
     bad2 = ready_ref(fail=ValueError("Failed to decode image: corrupt 2"))
     jobs: list[MediaDecodeJob] = []
-    submit_media_decodes([("image", 0, bad0), ("image", 1, slow), ("image", 2, bad2)], jobs, executor=pool)
+    submit_media_decodes(
+        [("image", 0, bad0), ("image", 1, slow), ("image", 2, bad2)], jobs, executor=pool
+    )
     outcome: list[BaseException] = []
-    collector = threading.Thread(target=lambda: _capture(outcome, lambda: collect_media_decodes(jobs)))
+    collector = threading.Thread(
+        target=lambda: _capture(outcome, lambda: collect_media_decodes(jobs))
+    )
     collector.start()
     collector.join(0.2)
     assert collector.is_alive()  # a failure is known, but the slow sibling is still running
@@ -85,7 +87,7 @@ def test_collect_drains_every_future_before_raising_first_failure_in_request_ord
 def _capture(outcome: list[BaseException], fn) -> None:
     try:
         fn()
-    except BaseException as exc:  # noqa: BLE001 - the test inspects it
+    except BaseException as exc:  # the test inspects it
         outcome.append(exc)
 
 
@@ -109,7 +111,10 @@ async def test_collect_async_raises_first_failure_after_draining(pool) -> None:
     gate = threading.Event()
     jobs: list[MediaDecodeJob] = []
     submit_media_decodes(
-        [("video", 0, gated_ref(gate)), ("video", 1, ready_ref(fail=ValueError("Failed to decode video")))],
+        [
+            ("video", 0, gated_ref(gate)),
+            ("video", 1, ready_ref(fail=ValueError("Failed to decode video"))),
+        ],
         jobs,
         executor=pool,
     )
@@ -124,7 +129,9 @@ async def test_collect_async_raises_first_failure_after_draining(pool) -> None:
 async def test_collect_async_drains_through_repeated_cancellation(pool) -> None:
     gate = threading.Event()
     jobs: list[MediaDecodeJob] = []
-    submit_media_decodes([("image", 0, gated_ref(gate)), ("image", 1, gated_ref(gate))], jobs, executor=pool)
+    submit_media_decodes(
+        [("image", 0, gated_ref(gate)), ("image", 1, gated_ref(gate))], jobs, executor=pool
+    )
     task = asyncio.ensure_future(collect_media_decodes_async(jobs))
     await asyncio.sleep(0.05)
     for _ in range(3):

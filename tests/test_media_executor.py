@@ -54,7 +54,9 @@ def test_pool_size_defaults_to_eight(fresh_pool, monkeypatch: pytest.MonkeyPatch
     assert _running_at_once(12, expected=8) == 8
 
 
-def test_pool_size_is_read_when_the_pool_is_created(fresh_pool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pool_size_is_read_when_the_pool_is_created(
+    fresh_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("VLLM_MEDIA_LOADING_THREAD_COUNT", "3")
     assert _running_at_once(6, expected=3) == 3
 

@@ -13,6 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pybase64
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import (
+    Image,
+    ImageOps,
+    JpegImagePlugin,
+    PngImagePlugin,
+    WebPImagePlugin,
+)
+
 from _image_samples import (
     ANIMATED_GIF_SAMPLE,
     GRAYSCALE_SAMPLE,
@@ -29,17 +39,7 @@ from _image_samples import (
     wav_bytes,
     webp_claiming_size,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from PIL import (
-    Image,
-    ImageFile,
-    ImageOps,
-    JpegImagePlugin,
-    PngImagePlugin,
-    WebPImagePlugin,
-)
-
+from _memory import PixelWork
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media.base import MediaRef, derive_identity_key, derive_media_key
 from mediaref.media.image import ImageMediaIO
@@ -55,41 +55,6 @@ def _default_image_caps(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def pixels(image: Image.Image) -> np.ndarray:
     return np.asarray(image)
-
-
-class PixelWork:
-    """Counts what rasterizing costs: ImageFile.load calls and image cores Pillow allocates.
-
-    tracemalloc cannot see pixel buffers (Pillow allocates them with plain malloc), so the core
-    count from Pillow's own allocator statistics is the witness that no pixels were allocated.
-    """
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        original_load = ImageFile.ImageFile.load
-
-        def counting_load(image: ImageFile.ImageFile) -> object:
-            self.loads += 1
-            return original_load(image)
-
-        monkeypatch.setattr(ImageFile.ImageFile, "load", counting_load)
-        self.restart()
-
-    def restart(self) -> None:
-        self.loads = 0
-        self._cores_at_start = self._cores()
-
-    @staticmethod
-    def _cores() -> int:
-        return int(Image.core.get_stats()["new_count"])  # type: ignore[attr-defined]
-
-    @property
-    def cores_allocated(self) -> int:
-        return self._cores() - self._cores_at_start
-
-
-@pytest.fixture
-def pixel_work(monkeypatch: pytest.MonkeyPatch) -> PixelWork:
-    return PixelWork(monkeypatch)
 
 
 def decode_error(ref: MediaRef[Image.Image]) -> ValueError:
@@ -327,7 +292,9 @@ def test_image_unique_id_alone_does_not_key(where: str) -> None:
     media_io = ImageMediaIO()
     for image_format in ("JPEG", "PNG"):
         data = encode(gradient_rgb(8, 8), image_format, exif=exif)
-        assert media_io.load_bytes_ref(data).key == derive_media_key(data, media_io.get_decode_spec())
+        assert media_io.load_bytes_ref(data).key == derive_media_key(
+            data, media_io.get_decode_spec()
+        )
 
 
 def test_placeholder_and_damaged_exif_fall_back_to_the_bytes_key() -> None:
@@ -660,17 +627,23 @@ def test_refs_decode_in_parallel_threads() -> None:
 def test_webp_ref_reads_only_riff_headers(monkeypatch: pytest.MonkeyPatch) -> None:
     # Opening a WebP sets up Pillow's whole animation decoder; the key needs only the RIFF chunks.
     plain = encode(gradient_rgb(40, 26), "WEBP", quality=80)
-    with_id = encode(gradient_rgb(40, 26), "WEBP", lossless=True, exif=exif_block(image_id=IMAGE_ID))
+    with_id = encode(
+        gradient_rgb(40, 26), "WEBP", lossless=True, exif=exif_block(image_id=IMAGE_ID)
+    )
     opened: list[object] = []
     real_open = WebPImagePlugin.WebPImageFile._open
     monkeypatch.setattr(
-        WebPImagePlugin.WebPImageFile, "_open", lambda self: (opened.append(self), real_open(self))[1]
+        WebPImagePlugin.WebPImageFile,
+        "_open",
+        lambda self: (opened.append(self), real_open(self))[1],
     )
     io_ = ImageMediaIO()
     refs = [io_.load_bytes_ref(plain), io_.load_bytes_ref(with_id)]
     assert opened == []
     assert refs[0].key == derive_media_key(plain, io_.get_decode_spec())
-    assert refs[1].key == derive_identity_key("exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec())
+    assert refs[1].key == derive_identity_key(
+        "exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec()
+    )
     assert refs[0].decode().size == (40, 26) and len(opened) == 1
 
 
@@ -681,13 +654,17 @@ def test_jpeg_ref_reads_only_marker_segments(monkeypatch: pytest.MonkeyPatch) ->
     opened: list[object] = []
     real_open = JpegImagePlugin.JpegImageFile._open
     monkeypatch.setattr(
-        JpegImagePlugin.JpegImageFile, "_open", lambda self: (opened.append(self), real_open(self))[1]
+        JpegImagePlugin.JpegImageFile,
+        "_open",
+        lambda self: (opened.append(self), real_open(self))[1],
     )
     io_ = ImageMediaIO()
     refs = [io_.load_bytes_ref(plain), io_.load_bytes_ref(with_id)]
     assert opened == []
     assert refs[0].key == derive_media_key(plain, io_.get_decode_spec())
-    assert refs[1].key == derive_identity_key("exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec())
+    assert refs[1].key == derive_identity_key(
+        "exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec()
+    )
     assert refs[1].decode().size == (40, 26) and len(opened) == 1
 
 
@@ -718,7 +695,9 @@ def test_png_ref_reads_only_chunk_headers(monkeypatch: pytest.MonkeyPatch) -> No
     refs = [io_.load_bytes_ref(plain), io_.load_bytes_ref(with_id)]
     assert opened == []
     assert refs[0].key == derive_media_key(plain, io_.get_decode_spec())
-    assert refs[1].key == derive_identity_key("exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec())
+    assert refs[1].key == derive_identity_key(
+        "exif-image-id", IMAGE_ID.encode(), io_.get_decode_spec()
+    )
     assert refs[1].decode().size == (40, 26) and len(opened) == 1
 
 

@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from PIL import Image
+
 from _image_samples import sample_path
 from _processor_fixtures import IMAGE_PROMPT, VIDEO_PROMPT, image_bytes, video_bytes
-from PIL import Image
-from transformers import AutoProcessor
-
 from mediaref.inputs import MultiModalInputs
 from mediaref.media.image import ImageMediaIO
 from mediaref.models.builtin import builtin_model_path
@@ -54,11 +53,6 @@ def assert_bf16_within_1_ulp(actual: torch.Tensor, expected: torch.Tensor) -> No
 
 
 @pytest.fixture(scope="module")
-def hf_vl() -> Any:
-    return AutoProcessor.from_pretrained(QWEN2_VL, local_files_only=True)
-
-
-@pytest.fixture(scope="module")
 def device_norm() -> FusedMMInputNorm:
     norm = build_mm_input_norm(ModelConfig(model=QWEN2_VL))
     assert isinstance(norm, FusedMMInputNorm)
@@ -73,11 +67,15 @@ def photo(name: str, size: tuple[int, int]) -> Image.Image:
 def photo_frames(num_frames: int, size: tuple[int, int]) -> np.ndarray:
     """Frames panning across a real photo (``(T, H, W, 3)`` uint8)."""
     source = np.asarray(photo("chelsea.png", (size[0] * 2, size[1] * 2)))
-    return np.stack([source[3 * i : 3 * i + size[1], 5 * i : 5 * i + size[0]] for i in range(num_frames)])
+    return np.stack(
+        [source[3 * i : 3 * i + size[1], 5 * i : 5 * i + size[0]] for i in range(num_frames)]
+    )
 
 
 def processor(toggle: bool | None = None, cache_gb: float = 0) -> BaseMultiModalProcessor[Any]:
-    config = ModelConfig(model=QWEN2_VL, mm_device_do_normalize=toggle, mm_processor_cache_gb=cache_gb)
+    config = ModelConfig(
+        model=QWEN2_VL, mm_device_do_normalize=toggle, mm_processor_cache_gb=cache_gb
+    )
     cache = MULTIMODAL_REGISTRY.processor_cache_from_config(config)
     return MULTIMODAL_REGISTRY.create_processor(config, cache=cache)
 
@@ -98,16 +96,23 @@ def request(proc: BaseMultiModalProcessor[Any], **kwargs: Any) -> MultiModalInpu
     [(QWEN2_VL, None, True), (QWEN2_VL, True, True), (QWEN2_VL, False, False),
      (QWEN2_AUDIO, None, False), (QWEN2_AUDIO, False, False)],
 )  # fmt: skip
-def test_default_is_what_the_family_supports(model: str, requested: bool | None, expected: bool) -> None:
+def test_default_is_what_the_family_supports(
+    model: str, requested: bool | None, expected: bool
+) -> None:
     config = ModelConfig(model=model, mm_device_do_normalize=requested)
     assert config.get_mm_device_do_normalize() is expected
     info_cls = MULTIMODAL_REGISTRY.get_factories(config).info
     assert info_cls(InputProcessingContext(config)).mm_device_do_normalize is expected
 
 
-def test_requested_on_for_an_unsupporting_family_is_forced_off(caplog: pytest.LogCaptureFixture) -> None:
+def test_requested_on_for_an_unsupporting_family_is_forced_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with caplog.at_level(logging.WARNING):
-        assert ModelConfig(model=QWEN2_AUDIO, mm_device_do_normalize=True).get_mm_device_do_normalize() is False
+        assert (
+            ModelConfig(model=QWEN2_AUDIO, mm_device_do_normalize=True).get_mm_device_do_normalize()
+            is False
+        )
     assert "does not support mm_device_do_normalize" in caplog.text
 
 
@@ -121,23 +126,39 @@ def test_the_rust_frontend_vetoes_it(
 ) -> None:
     monkeypatch.setenv("VLLM_USE_RUST_FRONTEND", "1")
     with caplog.at_level(logging.WARNING):
-        assert ModelConfig(model=QWEN2_VL, mm_device_do_normalize=requested).get_mm_device_do_normalize() is False
-    assert ("VLLM_USE_RUST_FRONTEND" in caplog.text) is (requested is True)  # an explicit request is warned about
+        assert (
+            ModelConfig(
+                model=QWEN2_VL, mm_device_do_normalize=requested
+            ).get_mm_device_do_normalize()
+            is False
+        )
+    assert ("VLLM_USE_RUST_FRONTEND" in caplog.text) is (
+        requested is True
+    )  # an explicit request is warned about
 
 
 def test_builder_follows_the_resolved_toggle() -> None:
     assert isinstance(build_mm_input_norm(ModelConfig(model=QWEN2_VL)), FusedMMInputNorm)
-    assert isinstance(build_mm_input_norm(ModelConfig(model=QWEN2_VL, mm_device_do_normalize=False)), IdentityInputNorm)
+    assert isinstance(
+        build_mm_input_norm(ModelConfig(model=QWEN2_VL, mm_device_do_normalize=False)),
+        IdentityInputNorm,
+    )
     assert isinstance(build_mm_input_norm(ModelConfig(model=QWEN2_AUDIO)), IdentityInputNorm)
 
 
 # ---------------------------------------------------------------- the module against HF's CPU path
 
 
-@pytest.mark.parametrize(("name", "size"), [("astronaut.png", (448, 336)), ("rocket.jpg", (300, 427))])
-def test_module_restores_hf_normalized_images(hf_vl: Any, device_norm: FusedMMInputNorm, name: str, size: tuple[int, int]) -> None:
+@pytest.mark.parametrize(
+    ("name", "size"), [("astronaut.png", (448, 336)), ("rocket.jpg", (300, 427))]
+)
+def test_module_restores_hf_normalized_images(
+    hf_vl: Any, device_norm: FusedMMInputNorm, name: str, size: tuple[int, int]
+) -> None:
     image = photo(name, size)
-    raw = hf_vl.image_processor(images=[image], do_rescale=False, do_normalize=False, return_tensors="pt")
+    raw = hf_vl.image_processor(
+        images=[image], do_rescale=False, do_normalize=False, return_tensors="pt"
+    )
     normalized = hf_vl.image_processor(images=[image], return_tensors="pt")
     assert raw["pixel_values"].dtype == torch.uint8
     ours = device_norm.forward_native(raw["pixel_values"], torch.bfloat16)
@@ -170,7 +191,9 @@ def test_device_path_emits_uint8_and_says_so(both_paths: dict[bool, MultiModalIn
         assert off["mm_kwargs"][modality][0][field].data.dtype == torch.float32
 
 
-def test_toggle_on_and_off_give_the_same_model_input(both_paths: dict[bool, MultiModalInputs]) -> None:
+def test_toggle_on_and_off_give_the_same_model_input(
+    both_paths: dict[bool, MultiModalInputs],
+) -> None:
     """After each path's module (build_mm_input_norm for its config), the model sees the same."""
     on, off = both_paths[True], both_paths[False]
     assert on["prompt_token_ids"] == off["prompt_token_ids"]
@@ -182,14 +205,19 @@ def test_toggle_on_and_off_give_the_same_model_input(both_paths: dict[bool, Mult
         on_item, off_item = on["mm_kwargs"][modality][0], off["mm_kwargs"][modality][0]
         assert torch.equal(on_item[grid].data, off_item[grid].data)
         assert_bf16_within_1_ulp(
-            device_module(on_item[field].data, torch.bfloat16), cpu_module(off_item[field].data, torch.bfloat16)
+            device_module(on_item[field].data, torch.bfloat16),
+            cpu_module(off_item[field].data, torch.bfloat16),
         )
 
 
 def test_a_request_cannot_turn_cpu_normalization_back_on(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        out = request(processor(True), hf_processor_mm_kwargs={"do_normalize": True, "do_rescale": True})
-    assert out["mm_kwargs"]["image"][0]["pixel_values"].data.dtype == torch.uint8  # not normalized twice
+        out = request(
+            processor(True), hf_processor_mm_kwargs={"do_normalize": True, "do_rescale": True}
+        )
+    assert (
+        out["mm_kwargs"]["image"][0]["pixel_values"].data.dtype == torch.uint8
+    )  # not normalized twice
     assert out["mm_kwargs"]["video"][0]["pixel_values_videos"].data.dtype == torch.uint8
 
 
@@ -229,7 +257,9 @@ def test_hf_is_called_without_dummy_text(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_raw_video_family_inherits_support() -> None:
     config = ModelConfig(model=QWEN2_VL, family="qwen2_vl_raw_video")
     assert config.get_mm_device_do_normalize() is True
-    assert issubclass(MULTIMODAL_REGISTRY.get_factories(config).processor, Qwen2VLMultiModalProcessor)
+    assert issubclass(
+        MULTIMODAL_REGISTRY.get_factories(config).processor, Qwen2VLMultiModalProcessor
+    )
 
 
 def test_renderer_output_says_which_path() -> None:

@@ -54,7 +54,9 @@ def make_norm() -> FusedMMInputNorm:
     return FusedMMInputNorm(list(CLIP_MEAN), list(CLIP_STD), RESCALE)
 
 
-def pixels(dtype: torch.dtype, shape: tuple[int, ...] = (4, 3, HW[0] * HW[1]), seed: int = 0) -> torch.Tensor:
+def pixels(
+    dtype: torch.dtype, shape: tuple[int, ...] = (4, 3, HW[0] * HW[1]), seed: int = 0
+) -> torch.Tensor:
     """Pixel-range input in ``dtype``: bytes, or floats in [0, 255)."""
     generator = torch.Generator().manual_seed(seed)
     if dtype == torch.uint8:
@@ -86,11 +88,15 @@ def assert_matches(actual: torch.Tensor, expected: torch.Tensor) -> None:
     if actual.dtype == torch.float32:
         torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
         return
-    close = (ulp_distance(actual, expected) <= 1) | ((actual.float() - expected.float()).abs() <= 1e-6)
+    close = (ulp_distance(actual, expected) <= 1) | (
+        (actual.float() - expected.float()).abs() <= 1e-6
+    )
     assert bool(close.all()), f"max ulp distance {int(ulp_distance(actual, expected).max())}"
 
 
-def call(fn: Callable[..., torch.Tensor], inputs: torch.Tensor, visual_dtype: torch.dtype) -> torch.Tensor:
+def call(
+    fn: Callable[..., torch.Tensor], inputs: torch.Tensor, visual_dtype: torch.dtype
+) -> torch.Tensor:
     """vLLM's call: a fresh contiguous ``outputs`` of the inputs' shape, weight/bias from the module."""
     norm = make_norm()
     outputs = torch.empty(inputs.shape, dtype=visual_dtype)
@@ -106,7 +112,9 @@ def test_signatures_are_vllms() -> None:
     for fn in NORM_FUNCTIONS.values():
         params = list(inspect.signature(fn).parameters.values())
         assert [p.name for p in params[:4]] == ["inputs", "outputs", "weight", "bias"]
-        assert all(p.kind is p.KEYWORD_ONLY for p in params[4:])  # extensions never shift a vLLM call
+        assert all(
+            p.kind is p.KEYWORD_ONLY for p in params[4:]
+        )  # extensions never shift a vLLM call
     init = list(inspect.signature(FusedMMInputNorm.__init__).parameters)
     assert init == ["self", "image_mean", "image_std", "rescale_factor", "channel"]
     for method in ("forward", "forward_native", "forward_cuda"):
@@ -154,7 +162,11 @@ def test_folding_matches_hf_formula_for_the_builtin_model() -> None:
     params = _load_norm_params(config)
     raw = json.loads((builtin_model_path("qwen2_vl") / "preprocessor_config.json").read_text())
     assert params == NormParams(raw["image_mean"], raw["image_std"], raw["rescale_factor"])
-    norm = build_mm_input_norm(SimpleNamespace(**vars(config), multimodal_config=SimpleNamespace(mm_device_do_normalize=True)))
+    norm = build_mm_input_norm(
+        SimpleNamespace(
+            **vars(config), multimodal_config=SimpleNamespace(mm_device_do_normalize=True)
+        )
+    )
     assert isinstance(norm, FusedMMInputNorm)
     every_byte = torch.arange(256, dtype=torch.uint8).repeat(3).reshape(1, 3 * 256)
     mean = torch.tensor(raw["image_mean"]).view(3, 1)
@@ -165,11 +177,15 @@ def test_folding_matches_hf_formula_for_the_builtin_model() -> None:
 
 def test_from_image_processor_honours_do_rescale_and_do_normalize() -> None:
     config = dict(rescale_factor=RESCALE, image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD))
-    full = FusedMMInputNorm.from_image_processor(SimpleNamespace(**config, do_rescale=True, do_normalize=True))
+    full = FusedMMInputNorm.from_image_processor(
+        SimpleNamespace(**config, do_rescale=True, do_normalize=True)
+    )
     assert torch.equal(full.weight, make_norm().weight) and torch.equal(full.bias, make_norm().bias)
     no_rescale = FusedMMInputNorm.from_image_processor(SimpleNamespace(**config, do_rescale=False))
     assert no_rescale.rescale_factor == 1.0
-    rescale_only = FusedMMInputNorm.from_image_processor(SimpleNamespace(**config, do_normalize=False))
+    rescale_only = FusedMMInputNorm.from_image_processor(
+        SimpleNamespace(**config, do_normalize=False)
+    )
     assert torch.equal(rescale_only.bias, torch.zeros(3))
     assert torch.equal(rescale_only.weight, torch.full((3,), RESCALE, dtype=torch.float32))
 
@@ -240,20 +256,43 @@ def test_load_norm_params_prefers_a_carried_image_processor_config(tmp_path: Pat
 
 def test_load_norm_params_rejects_broken_configs(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="different lengths"):
-        _load_norm_params(_model_dir(tmp_path, {"preprocessor_config.json": {"image_mean": [0.5], "image_std": [1, 1]}}))
+        _load_norm_params(
+            _model_dir(
+                tmp_path, {"preprocessor_config.json": {"image_mean": [0.5], "image_std": [1, 1]}}
+            )
+        )
     with pytest.raises(ValueError, match="no image_mean"):
-        _load_norm_params(_model_dir(tmp_path, {"preprocessor_config.json": {"do_normalize": True, "image_std": [1]}}))
+        _load_norm_params(
+            _model_dir(
+                tmp_path, {"preprocessor_config.json": {"do_normalize": True, "image_std": [1]}}
+            )
+        )
 
 
 def test_build_mm_input_norm(tmp_path: Path) -> None:
     on = SimpleNamespace(mm_device_do_normalize=True)
     qwen = str(builtin_model_path("qwen2_vl"))
-    assert isinstance(build_mm_input_norm(SimpleNamespace(model=qwen, multimodal_config=on)), FusedMMInputNorm)
-    off = SimpleNamespace(model=qwen, multimodal_config=SimpleNamespace(mm_device_do_normalize=False))
+    assert isinstance(
+        build_mm_input_norm(SimpleNamespace(model=qwen, multimodal_config=on)), FusedMMInputNorm
+    )
+    off = SimpleNamespace(
+        model=qwen, multimodal_config=SimpleNamespace(mm_device_do_normalize=False)
+    )
     assert isinstance(build_mm_input_norm(off), IdentityInputNorm)
-    assert isinstance(build_mm_input_norm(SimpleNamespace(model=qwen, multimodal_config=None)), IdentityInputNorm)
+    assert isinstance(
+        build_mm_input_norm(SimpleNamespace(model=qwen, multimodal_config=None)), IdentityInputNorm
+    )
     # Flags on, but numerically the identity: no kernel launch is worth it.
-    identity = _model_dir(tmp_path, {"preprocessor_config.json": {"image_mean": [0.0] * 3, "image_std": [1.0] * 3, "do_rescale": False}})
+    identity = _model_dir(
+        tmp_path,
+        {
+            "preprocessor_config.json": {
+                "image_mean": [0.0] * 3,
+                "image_std": [1.0] * 3,
+                "do_rescale": False,
+            }
+        },
+    )
     identity.multimodal_config = on
     assert NormParams([0.0] * 3, [1.0] * 3, 1.0).is_identity
     assert isinstance(build_mm_input_norm(identity), IdentityInputNorm)
@@ -265,17 +304,23 @@ def test_build_mm_input_norm(tmp_path: Path) -> None:
 @pytest.mark.parametrize("dtype", INPUT_DTYPES, ids=str)
 def test_reference_equals_unfused_hf_chain(dtype: torch.dtype) -> None:
     x = pixels(dtype)
-    torch.testing.assert_close(call(fused_mm_input_norm_torch, x, torch.float32), unfused_hf_chain(x), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        call(fused_mm_input_norm_torch, x, torch.float32), unfused_hf_chain(x), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_reference_equals_unfused_chain_for_every_byte_value() -> None:
     x = torch.arange(256, dtype=torch.uint8).repeat(3).reshape(1, 3, 256)
-    torch.testing.assert_close(call(fused_mm_input_norm_torch, x, torch.float32), unfused_hf_chain(x), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        call(fused_mm_input_norm_torch, x, torch.float32), unfused_hf_chain(x), rtol=1e-6, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("visual_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("dtype", INPUT_DTYPES, ids=str)
-def test_low_precision_output_is_the_fp32_result_rounded_once(dtype: torch.dtype, visual_dtype: torch.dtype) -> None:
+def test_low_precision_output_is_the_fp32_result_rounded_once(
+    dtype: torch.dtype, visual_dtype: torch.dtype
+) -> None:
     x = pixels(dtype)
     in_fp32 = call(fused_mm_input_norm_torch, x, torch.float32)
     # Computing in the 16-bit dtype (or rounding twice) would miss this exact equality.
@@ -286,7 +331,9 @@ def test_forward_native_is_vllms_formula() -> None:
     """vLLM's forward_native: view the rows as (patches, C, P), x * w + b in fp32, then cast."""
     norm = make_norm()
     x = pixels(torch.uint8, (37, 3 * 2 * 14 * 14))
-    expected = (x.reshape(37, 3, -1) * norm.weight.view(1, 3, 1) + norm.bias.view(1, 3, 1)).view(37, -1)
+    expected = (x.reshape(37, 3, -1) * norm.weight.view(1, 3, 1) + norm.bias.view(1, 3, 1)).view(
+        37, -1
+    )
     assert torch.equal(norm.forward_native(x, torch.bfloat16), expected.to(torch.bfloat16))
 
 
@@ -295,12 +342,20 @@ def test_forward_native_is_vllms_formula() -> None:
     [((2, 3, *HW), 1), ((2, *HW, 3), -1), ((4, 3 * 42), 1), ((4, 3 * 42), -1)],
     ids=["nchw", "nhwc", "patches", "patches_last_dim"],
 )
-def test_layout_extensions_match_the_canonical_layout(shape: tuple[int, ...], channel_dim: int) -> None:
+def test_layout_extensions_match_the_canonical_layout(
+    shape: tuple[int, ...], channel_dim: int
+) -> None:
     x = pixels(torch.uint8, shape)
-    ncl = x.movedim(-1, 1).reshape(shape[0], 3, -1) if shape[-1] == 3 else x.reshape(shape[0], 3, -1)
+    ncl = (
+        x.movedim(-1, 1).reshape(shape[0], 3, -1) if shape[-1] == 3 else x.reshape(shape[0], 3, -1)
+    )
     ours = make_norm().forward_native(x, torch.float32, channel_dim=channel_dim)
     expected = unfused_hf_chain(ncl)
-    expected = expected.reshape(shape[0], 3, *shape[1:-1]).movedim(1, -1) if shape[-1] == 3 else expected.reshape(shape)
+    expected = (
+        expected.reshape(shape[0], 3, *shape[1:-1]).movedim(1, -1)
+        if shape[-1] == 3
+        else expected.reshape(shape)
+    )
     torch.testing.assert_close(ours, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -324,7 +379,10 @@ def test_does_not_modify_the_inputs() -> None:
 def test_non_contiguous_inputs_are_read_by_their_strides() -> None:
     x = pixels(torch.uint8, (8, 3, 42))[::2].transpose(1, 2).contiguous().transpose(1, 2)
     assert not x.is_contiguous()
-    assert torch.equal(call(fused_mm_input_norm_torch, x, torch.float32), call(fused_mm_input_norm_torch, x.contiguous(), torch.float32))
+    assert torch.equal(
+        call(fused_mm_input_norm_torch, x, torch.float32),
+        call(fused_mm_input_norm_torch, x.contiguous(), torch.float32),
+    )
 
 
 def test_forward_on_cpu_uses_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -358,7 +416,9 @@ except RuntimeError as exc:
 else:
     raise AssertionError("forward_cuda ran without Triton")
 """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=110, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=110, cwd=REPO_ROOT
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -383,14 +443,16 @@ def test_module_out_returns_the_written_rows() -> None:
     written = norm(x, torch.float32, out=buffer)
     assert written.shape == x.shape and written.data_ptr() == buffer.data_ptr()
     assert torch.equal(written, norm(x, torch.float32)) and bool((buffer[4:] == -7.0).all())
-    with pytest.raises(TypeError, match="out.dtype"):
+    with pytest.raises(TypeError, match=r"out\.dtype"):
         norm(x, torch.bfloat16, out=buffer)
 
 
 def test_empty_batch_writes_nothing() -> None:
     buffer = torch.full((4, 3, 42), 5.0)
     norm = make_norm()
-    fused_mm_input_norm_torch(torch.empty((0, 3, 42), dtype=torch.uint8), buffer, norm.weight, norm.bias)
+    fused_mm_input_norm_torch(
+        torch.empty((0, 3, 42), dtype=torch.uint8), buffer, norm.weight, norm.bias
+    )
     assert bool((buffer == 5.0).all())
 
 
@@ -442,7 +504,12 @@ def test_bad_calls_raise_clear_errors(case: str, fn_name: str) -> None:
     ("pixel_values", "visual_dtype", "error", "match"),
     [
         (torch.zeros((2, 3, 42), dtype=torch.uint8), torch.bfloat16, ValueError, "must be 2D"),
-        (torch.zeros((2, 100), dtype=torch.uint8), torch.bfloat16, ValueError, "not divisible by channel"),
+        (
+            torch.zeros((2, 100), dtype=torch.uint8),
+            torch.bfloat16,
+            ValueError,
+            "not divisible by channel",
+        ),
         (torch.zeros((2, 3 * 42), dtype=torch.uint8), torch.int8, TypeError, "visual_dtype"),
         ([[0, 1, 2]], torch.bfloat16, TypeError, "torch.Tensor"),
     ],
@@ -462,7 +529,14 @@ def test_triton_launcher_refuses_cpu_tensors_outside_the_interpreter() -> None:
 
 
 def test_segment_alignment_is_the_lowest_set_bit_up_to_16() -> None:
-    assert [apply_module.segment_alignment(n) for n in (1, 6, 392, 48, 4096, 1001)] == [1, 2, 8, 16, 16, 1]
+    assert [apply_module.segment_alignment(n) for n in (1, 6, 392, 48, 4096, 1001)] == [
+        1,
+        2,
+        8,
+        16,
+        16,
+        1,
+    ]
 
 
 # ---------------------------------------------------------------- Triton kernel, CPU interpreter
@@ -490,7 +564,9 @@ INTERPRETER_SHAPES = [(5, 3, 392), (3, 3, 37), (1, 3, 5003), (2, 3, 48), (7, 3, 
 class TestTritonInterpreter:
     @pytest.mark.parametrize("visual_dtype", VISUAL_DTYPES, ids=str)
     @pytest.mark.parametrize("dtype", INPUT_DTYPES, ids=str)
-    def test_vllm_call_matches_reference(self, dtype: torch.dtype, visual_dtype: torch.dtype) -> None:
+    def test_vllm_call_matches_reference(
+        self, dtype: torch.dtype, visual_dtype: torch.dtype
+    ) -> None:
         x = pixels(dtype, (3, 3, 37))
         expected = call(fused_mm_input_norm_torch, x, visual_dtype)
         actual = call(fused_mm_input_norm_triton, x, visual_dtype)
@@ -501,7 +577,10 @@ class TestTritonInterpreter:
     @pytest.mark.parametrize("shape", INTERPRETER_SHAPES, ids=str)
     def test_tile_edges(self, shape: tuple[int, int, int]) -> None:
         x = pixels(torch.uint8, shape)
-        assert torch.equal(call(fused_mm_input_norm_triton, x, torch.float32), call(fused_mm_input_norm_torch, x, torch.float32))
+        assert torch.equal(
+            call(fused_mm_input_norm_triton, x, torch.float32),
+            call(fused_mm_input_norm_torch, x, torch.float32),
+        )
 
     def test_padded_outputs_write_only_the_leading_rows(self) -> None:
         norm = make_norm()
@@ -511,7 +590,11 @@ class TestTritonInterpreter:
         assert torch.equal(buffer[:3], call(fused_mm_input_norm_torch, x, torch.float32))
         assert bool((buffer[3:] == -7.0).all())
 
-    @pytest.mark.parametrize(("shape", "channel_dim"), [((2, 3, 5, 7), 1), ((2, 5, 7, 3), -1), ((3, 3 * 392), 1)], ids=str)
+    @pytest.mark.parametrize(
+        ("shape", "channel_dim"),
+        [((2, 3, 5, 7), 1), ((2, 5, 7, 3), -1), ((3, 3 * 392), 1)],
+        ids=str,
+    )
     def test_layouts_and_module(self, shape: tuple[int, ...], channel_dim: int) -> None:
         x = pixels(torch.uint8, shape)
         norm = make_norm()
@@ -520,12 +603,17 @@ class TestTritonInterpreter:
 
     def test_non_contiguous_inputs(self) -> None:
         x = pixels(torch.uint8, (6, 37, 3)).transpose(1, 2)
-        assert torch.equal(call(fused_mm_input_norm_triton, x, torch.float32), call(fused_mm_input_norm_torch, x, torch.float32))
+        assert torch.equal(
+            call(fused_mm_input_norm_triton, x, torch.float32),
+            call(fused_mm_input_norm_torch, x, torch.float32),
+        )
 
     def test_empty_batch_launches_nothing(self) -> None:
         buffer = torch.full((2, 3, 32), 5.0)
         norm = make_norm()
-        fused_mm_input_norm_triton(torch.empty((0, 3, 32), dtype=torch.uint8), buffer, norm.weight, norm.bias)
+        fused_mm_input_norm_triton(
+            torch.empty((0, 3, 32), dtype=torch.uint8), buffer, norm.weight, norm.bias
+        )
         assert bool((buffer == 5.0).all())
 
 
@@ -537,8 +625,12 @@ class TestTritonInterpreter:
 class TestCuda:
     @pytest.mark.parametrize("visual_dtype", VISUAL_DTYPES, ids=str)
     @pytest.mark.parametrize("dtype", INPUT_DTYPES, ids=str)
-    @pytest.mark.parametrize("shape", [(64, 3, 392), (5, 3, 37), (2, 3, 448 * 448 + 1), (7, 3, 1)], ids=str)
-    def test_vllm_call_matches_reference(self, shape: tuple[int, int, int], dtype: torch.dtype, visual_dtype: torch.dtype) -> None:
+    @pytest.mark.parametrize(
+        "shape", [(64, 3, 392), (5, 3, 37), (2, 3, 448 * 448 + 1), (7, 3, 1)], ids=str
+    )
+    def test_vllm_call_matches_reference(
+        self, shape: tuple[int, int, int], dtype: torch.dtype, visual_dtype: torch.dtype
+    ) -> None:
         x = pixels(dtype, shape).cuda()
         norm = make_norm().cuda()
         expected = torch.empty(shape, dtype=visual_dtype, device="cuda")
@@ -547,7 +639,11 @@ class TestCuda:
         assert fused_mm_input_norm_triton(x, actual, norm.weight, norm.bias) is actual
         assert_matches(actual, expected)
 
-    @pytest.mark.parametrize(("shape", "channel_dim"), [((4096, 3 * 2 * 14 * 14), None), ((2, 3, 448, 448), 1), ((3, 224, 224, 3), -1)], ids=str)
+    @pytest.mark.parametrize(
+        ("shape", "channel_dim"),
+        [((4096, 3 * 2 * 14 * 14), None), ((2, 3, 448, 448), 1), ((3, 224, 224, 3), -1)],
+        ids=str,
+    )
     def test_realistic_shapes(self, shape: tuple[int, ...], channel_dim: int | None) -> None:
         x = torch.randint(0, 256, shape, dtype=torch.uint8, device="cuda")
         norm = make_norm().cuda()
@@ -583,4 +679,6 @@ class TestCuda:
         fused_mm_input_norm_triton(x, out, norm.weight, norm.bias)
         tail = x[-128:]
         expected = torch.empty(tail.shape, dtype=torch.bfloat16, device="cuda")
-        assert_matches(out[-128:], fused_mm_input_norm_torch(tail, expected, norm.weight, norm.bias))
+        assert_matches(
+            out[-128:], fused_mm_input_norm_torch(tail, expected, norm.weight, norm.bias)
+        )

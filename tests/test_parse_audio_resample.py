@@ -19,7 +19,11 @@ def noise(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
 def test_librosa_method_matches_librosa_resample() -> None:
     # One test, so librosa's numba JIT (seconds) is paid once.
     librosa = pytest.importorskip("librosa")
-    for orig, target, shape in [(44100, 16000, (4410,)), (8000, 16000, (800,)), (22050, 16000, (2, 2205))]:
+    for orig, target, shape in [
+        (44100, 16000, (4410,)),
+        (8000, 16000, (800,)),
+        (22050, 16000, (2, 2205)),
+    ]:
         audio = noise(shape, seed=orig)
         ours = AudioResampler(target, "librosa").resample(audio, orig_sr=float(orig))
         theirs = librosa.resample(audio, orig_sr=orig, target_sr=target)
@@ -36,7 +40,9 @@ def test_resampling_does_not_import_numba() -> None:
         "    AudioResampler(16000, m).resample(x, orig_sr=44100.0)\n"
         "print('numba' in sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert result.stdout.strip() == "False"
 
 
@@ -67,8 +73,12 @@ def test_resampler_argument_checks() -> None:
 
 def test_channel_normalization_rules() -> None:
     stereo = noise((2, 100))
-    np.testing.assert_allclose(normalize_audio_channels(stereo, 1, channels_first=True), stereo.mean(0))
-    np.testing.assert_allclose(normalize_audio_channels(stereo.T, 1, channels_first=False), stereo.mean(0))
+    np.testing.assert_allclose(
+        normalize_audio_channels(stereo, 1, channels_first=True), stereo.mean(0)
+    )
+    np.testing.assert_allclose(
+        normalize_audio_channels(stereo.T, 1, channels_first=False), stereo.mean(0)
+    )
     assert normalize_audio_channels(noise((4, 100)), 2, channels_first=True).shape == (2, 100)
     mono = noise((100,))
     assert normalize_audio_channels(mono, 1, channels_first=True) is mono

@@ -24,6 +24,7 @@ from mediaref.parse import (
     ProcessorBatchItems,
     VideoProcessorItems,
 )
+from mediaref.processing.fields import MultiModalFieldConfig
 
 
 def counted_ref(value: object, tag: str = "x") -> tuple[MediaRef[Any], CountingDecoder]:
@@ -31,7 +32,9 @@ def counted_ref(value: object, tag: str = "x") -> tuple[MediaRef[Any], CountingD
     return MediaRef(tag.encode(), decoder, DecodeSpec(modality="test", tag=tag)), decoder
 
 
-def video_value(frames: int = 3, height: int = 4, width: int = 5, fps: float = 2.0) -> tuple[np.ndarray, dict[str, Any]]:
+def video_value(
+    frames: int = 3, height: int = 4, width: int = 5, fps: float = 2.0
+) -> tuple[np.ndarray, dict[str, Any]]:
     return np.zeros((frames, height, width, 3), np.uint8), {"fps": fps, "total_num_frames": frames}
 
 
@@ -181,7 +184,9 @@ def test_multimodal_data_items_counts_and_typed_access() -> None:
     assert items.get_count("video", strict=False) == 0
     with pytest.raises(KeyError, match="Modality 'video' not found"):
         items.get_count("video")
-    assert isinstance(items.get_items("image", (ImageProcessorItems, ImageEmbeddingItems)), ImageProcessorItems)
+    assert isinstance(
+        items.get_items("image", (ImageProcessorItems, ImageEmbeddingItems)), ImageProcessorItems
+    )
     with pytest.raises(TypeError, match="Invalid type of data items"):
         items.get_items("image", ImageEmbeddingItems)
 
@@ -220,7 +225,7 @@ def test_audio_length_counts_samples_per_channel() -> None:
 def test_embedding_validation_of_ndim_and_hidden_size() -> None:
     with pytest.raises(ValueError, match=r"Image embedding \[1\] must be 2D"):
         ImageEmbeddingItems([torch.zeros(2, 4), torch.zeros(4)])
-    with pytest.raises(ValueError, match="must be 2D .* or 3D"):
+    with pytest.raises(ValueError, match=r"must be 2D .* or 3D"):
         ImageEmbeddingItems(torch.zeros(1, 2, 3, 4))
     with pytest.raises(ValueError, match="hidden dimension mismatch: got 4, but model expects 8"):
         ImageEmbeddingItems(torch.zeros(1, 2, 4), expected_hidden_size=8)
@@ -271,11 +276,13 @@ def test_dict_embeddings_select_keeps_field_items_together() -> None:
 
 
 def test_dict_embeddings_with_the_processing_field_config() -> None:
-    fields = pytest.importorskip("mediaref.processing.fields")
-    data = {"image_embeds": torch.zeros(5, 4), "image_grid_thw": torch.tensor([[1, 1, 2], [1, 1, 3]])}
+    data = {
+        "image_embeds": torch.zeros(5, 4),
+        "image_grid_thw": torch.tensor([[1, 1, 2], [1, 1, 3]]),
+    }
     factory = lambda d: {  # noqa: E731
-        "image_embeds": fields.MultiModalFieldConfig.flat_from_sizes("image", [2, 3]),
-        "image_grid_thw": fields.MultiModalFieldConfig.batched("image"),
+        "image_embeds": MultiModalFieldConfig.flat_from_sizes("image", [2, 3]),
+        "image_grid_thw": MultiModalFieldConfig.batched("image"),
     }
     items = DictEmbeddingItems(data, "image", {"image_embeds"}, factory)
     assert items.get_count() == 2 and items.get(1)["image_embeds"].shape == (3, 4)
@@ -287,6 +294,11 @@ def test_dict_embeddings_require_their_fields() -> None:
     with pytest.raises(ValueError, match="should contain the fields"):
         DictEmbeddingItems({"a": torch.zeros(1)}, "image", {"a", "b"}, factory)
     with pytest.raises(ValueError, match="should be a subset of"):
-        DictEmbeddingItems({"a": torch.zeros(1), "b": torch.zeros(1)}, "image", {"a", "b"}, lambda d: {"a": BatchedField("image")})
+        DictEmbeddingItems(
+            {"a": torch.zeros(1), "b": torch.zeros(1)},
+            "image",
+            {"a", "b"},
+            lambda d: {"a": BatchedField("image")},
+        )
     with pytest.raises(ValueError, match="has 1 items, other fields have 2"):
         DictEmbeddingItems({"a": torch.zeros(2), "b": torch.zeros(1)}, "image", {"a"}, factory)

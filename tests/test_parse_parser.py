@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from _counting import CountingDecoder
+from mediaref.media.audio import AudioMediaIO
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.parse import (
     AudioEmbeddingItems,
@@ -24,7 +25,9 @@ from mediaref.parse import (
 )
 
 
-def audio_ref(samples: np.ndarray, rate: float, tag: str = "a") -> tuple[MediaRef[Any], CountingDecoder]:
+def audio_ref(
+    samples: np.ndarray, rate: float, tag: str = "a"
+) -> tuple[MediaRef[Any], CountingDecoder]:
     decoder = CountingDecoder((samples, float(rate)))
     return MediaRef(tag.encode(), decoder, DecodeSpec(modality="audio", tag=tag)), decoder
 
@@ -62,7 +65,11 @@ def test_resampled_ref_decodes_to_the_target_length_at_decode_time() -> None:
 @pytest.mark.parametrize("method", ["librosa", "scipy"])
 def test_resampled_ref_keeps_the_signal(method: str) -> None:
     ref, _ = audio_ref(tone(0.5, 48000, hz=300.0), 48000)
-    out = MultiModalDataParser(target_sr=16000, audio_resample_method=method).parse_mm_data({"audio": ref})["audio"].get(0)
+    out = (
+        MultiModalDataParser(target_sr=16000, audio_resample_method=method)
+        .parse_mm_data({"audio": ref})["audio"]
+        .get(0)
+    )
     expected = tone(0.5, 16000, hz=300.0)
     n = min(len(out), len(expected))
     # Away from the edges, the resampled tone is the tone sampled at the new rate.
@@ -117,11 +124,12 @@ def test_without_target_rate_a_ref_yields_its_native_samples() -> None:
 
 
 def test_real_wav_ref_through_the_audio_decoder() -> None:
-    audio = pytest.importorskip("mediaref.media.audio")
     buffer = io.BytesIO()
     soundfile.write(buffer, tone(0.25, 22050, channels=2).T, 22050, format="WAV", subtype="FLOAT")
-    ref = audio.AudioMediaIO().load_bytes_ref(buffer.getvalue())
-    items = MultiModalDataParser(target_sr=16000, target_channels=1).parse_mm_data({"audio": ref})["audio"]
+    ref = AudioMediaIO().load_bytes_ref(buffer.getvalue())
+    items = MultiModalDataParser(target_sr=16000, target_channels=1).parse_mm_data({"audio": ref})[
+        "audio"
+    ]
     assert not ref.is_decoded and items.get_raw(0).key != ref.key
     out = items.get(0)
     assert out.ndim == 1 and out.shape[0] == math.ceil(0.25 * 22050 * 16000 / 22050)
@@ -178,7 +186,9 @@ def test_image_shapes() -> None:
 
 def test_none_items_are_kept_for_uuid_only_requests() -> None:
     parser = MultiModalDataParser(target_sr=16000, video_needs_metadata=True)
-    parsed = parser.parse_mm_data({"image": None, "audio": [None, (tone(0.01, 8000), 8000)], "video": [None]})
+    parsed = parser.parse_mm_data(
+        {"image": None, "audio": [None, (tone(0.01, 8000), 8000)], "video": [None]}
+    )
     assert isinstance(parsed["image"], ImageProcessorItems) and parsed["image"].get(0) is None
     assert parsed["audio"].get_count() == 2 and parsed["audio"].get_raw(0) is None
     assert parsed["video"].get_raw(0) is None and parsed["video"].get(0) is None

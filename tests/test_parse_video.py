@@ -14,7 +14,9 @@ from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.parse import ImageSize, MultiModalDataParser, VideoProcessorItems
 
 
-def decoded_video(frames: int = 3, height: int = 4, width: int = 6, fps: float = 2.0) -> tuple[np.ndarray, dict[str, Any]]:
+def decoded_video(
+    frames: int = 3, height: int = 4, width: int = 6, fps: float = 2.0
+) -> tuple[np.ndarray, dict[str, Any]]:
     array = np.arange(frames * height * width * 3, dtype=np.uint8).reshape(frames, height, width, 3)
     return array, {"fps": fps, "total_num_frames": frames, "duration": frames / fps}
 
@@ -65,7 +67,9 @@ def test_metadata_property_resolves_the_whole_batch() -> None:
 
 def test_given_metadata_supplies_metadata_for_bare_frames_and_is_selected_along() -> None:
     frames = [np.zeros((1, 2, 2, 3), np.uint8), np.ones((2, 2, 2, 3), np.uint8)]
-    items = VideoProcessorItems(frames, metadata=[{"fps": 1.0}, {"fps": 9.0}], video_needs_metadata=True)
+    items = VideoProcessorItems(
+        frames, metadata=[{"fps": 1.0}, {"fps": 9.0}], video_needs_metadata=True
+    )
     selected = items.select([1])
     selected_frames, metadata = selected.get(0)
     assert selected_frames is frames[1] and metadata == {"fps": 9.0}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import os
 import threading
 from collections.abc import Iterator
 from typing import Any
+
+from _image_samples import encode
 
 # huggingface_hub reads this when first imported; set before anything imports transformers.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -76,9 +77,7 @@ def clip() -> bytes:
 
 
 def png_bytes() -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGBA", (8, 8), (200, 10, 10, 128)).save(buffer, "PNG")
-    return buffer.getvalue()
+    return encode(Image.new("RGBA", (8, 8), (200, 10, 10, 128)), "PNG")
 
 
 # --- InputProcessingContext ----------------------------------------------------------------------

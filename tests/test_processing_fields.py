@@ -49,7 +49,7 @@ def test_ragged_batched_field_is_cut_per_item_and_comes_back_as_a_list() -> None
     # Rows of different shapes cannot stack: the model receives them as a list, in item order.
     assert isinstance(rebuilt, list)
     assert len(rebuilt) == 3
-    for got, want in zip(rebuilt, ragged):
+    for got, want in zip(rebuilt, ragged, strict=True):
         assert torch.equal(got, want)
 
 

@@ -22,13 +22,11 @@ from PIL import Image
 from transformers import BatchFeature
 
 from mediaref.inputs import MultiModalKwargsItems
-from mediaref.models.builtin import builtin_model_path
 from mediaref.parse import MultiModalDataItems, MultiModalDataParser
 from mediaref.processing.context import BaseProcessingInfo, InputProcessingContext, ModelConfig
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 from mediaref.processing.fields import MultiModalFieldConfig, build_kwargs_items
 from mediaref.processing.processor import BaseMultiModalProcessor, PromptUpdate
-from mediaref.registry import MULTIMODAL_REGISTRY
 
 # --- a small processor over a recording HF stand-in --------------------------------------------
 
@@ -328,20 +326,6 @@ class CallRecorder:
         return getattr(self.inner, name)
 
 
-@pytest.fixture(scope="module")
-def qwen2_vl() -> BaseMultiModalProcessor[Any]:
-    return MULTIMODAL_REGISTRY.create_processor(
-        ModelConfig(model=str(builtin_model_path("qwen2_vl")))
-    )
-
-
-@pytest.fixture(scope="module")
-def qwen2_audio() -> BaseMultiModalProcessor[Any]:
-    return MULTIMODAL_REGISTRY.create_processor(
-        ModelConfig(model=str(builtin_model_path("qwen2_audio")))
-    )
-
-
 def record_hf_calls(
     processor: BaseMultiModalProcessor[Any], monkeypatch: pytest.MonkeyPatch
 ) -> CallRecorder:
@@ -351,19 +335,19 @@ def record_hf_calls(
 
 
 def test_qwen2_audio_receives_audio_dummy_text_and_no_truncation(
-    qwen2_audio: BaseMultiModalProcessor[Any], monkeypatch: pytest.MonkeyPatch
+    qwen2_audio_processor: BaseMultiModalProcessor[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recorder = record_hf_calls(qwen2_audio, monkeypatch)
+    recorder = record_hf_calls(qwen2_audio_processor, monkeypatch)
     tone = np.sin(np.linspace(0, 400 * np.pi, 16_000)).astype(np.float32)
     prompt = "<|audio_bos|><|AUDIO|><|audio_eos|>" * 2 + "hello"
-    out = qwen2_audio.apply(
-        qwen2_audio.build_inputs(prompt, {"audio": [(tone, 16_000), (tone, 16_000)]})
+    out = qwen2_audio_processor.apply(
+        qwen2_audio_processor.build_inputs(prompt, {"audio": [(tone, 16_000), (tone, 16_000)]})
     )
 
     [call] = recorder.calls
     assert "audios" not in call
     assert len(call["audio"]) == 2
-    assert call["text"] == qwen2_audio.dummy_inputs.get_dummy_text({"audio": 2})
+    assert call["text"] == qwen2_audio_processor.dummy_inputs.get_dummy_text({"audio": 2})
     assert call["text"] == "<|AUDIO|><|AUDIO|>"
     assert call["truncation"] is False
     assert call["sampling_rate"] == 16_000
@@ -373,14 +357,14 @@ def test_qwen2_audio_receives_audio_dummy_text_and_no_truncation(
 
 
 def test_qwen2_vl_receives_no_dummy_text(
-    qwen2_vl: BaseMultiModalProcessor[Any], monkeypatch: pytest.MonkeyPatch
+    qwen2_vl_processor: BaseMultiModalProcessor[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Qwen2-VL's pixels do not depend on the text (issue 12): no dummy text, so HF neither expands
     # nor tokenizes placeholders, and no truncation setting is needed to protect them.
-    recorder = record_hf_calls(qwen2_vl, monkeypatch)
+    recorder = record_hf_calls(qwen2_vl_processor, monkeypatch)
     prompt = "<|vision_start|><|image_pad|><|vision_end|>describe"
     image = Image.new("RGB", (56, 56), color=(10, 200, 30))
-    out = qwen2_vl.apply(qwen2_vl.build_inputs(prompt, {"image": [image]}))
+    out = qwen2_vl_processor.apply(qwen2_vl_processor.build_inputs(prompt, {"image": [image]}))
 
     [call] = recorder.calls
     assert "text" not in call

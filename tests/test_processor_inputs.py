@@ -10,9 +10,13 @@ import torch
 from PIL import Image
 
 from _counting import CountingDecoder
+from _image_samples import encode
 from mediaref.exceptions import VLLMValidationError
 from mediaref.hasher import MultiModalHasher
+from mediaref.media.audio import AudioMediaIO
 from mediaref.media.base import DecodeSpec, MediaRef
+from mediaref.media.image import ImageMediaIO
+from mediaref.media.video import VideoMediaIO
 from mediaref.parse import ImageProcessorItems, MultiModalDataItems, MultiModalDataParser
 from mediaref.processing.inputs import ProcessorInputs
 
@@ -61,21 +65,27 @@ def test_hashing_and_miss_selection_of_100_refs_decode_nothing() -> None:
 def test_media_ref_hash_ignores_media_io_kwargs_without_a_uuid() -> None:
     ref = image_ref()
     plain = inputs({"image": ref}).get_mm_hashes("m")
-    with_kwargs = inputs({"image": ref}, media_io_kwargs={"image": {"image_mode": "L"}}).get_mm_hashes("m")
+    with_kwargs = inputs(
+        {"image": ref}, media_io_kwargs={"image": {"image_mode": "L"}}
+    ).get_mm_hashes("m")
     assert plain == with_kwargs
 
 
 def test_decoded_item_hash_includes_media_io_kwargs() -> None:
     image = Image.new("RGB", (2, 2))
     plain = inputs({"image": image}).get_mm_hashes("m")
-    with_kwargs = inputs({"image": image}, media_io_kwargs={"image": {"image_mode": "L"}}).get_mm_hashes("m")
+    with_kwargs = inputs(
+        {"image": image}, media_io_kwargs={"image": {"image_mode": "L"}}
+    ).get_mm_hashes("m")
     assert plain != with_kwargs
 
 
 def test_media_io_kwargs_of_other_modalities_do_not_matter() -> None:
     image = Image.new("RGB", (2, 2))
     plain = inputs({"image": image}).get_mm_hashes("m")
-    other = inputs({"image": image}, media_io_kwargs={"video": {"num_frames": 16}}).get_mm_hashes("m")
+    other = inputs({"image": image}, media_io_kwargs={"video": {"num_frames": 16}}).get_mm_hashes(
+        "m"
+    )
     assert plain == other
 
 
@@ -87,26 +97,40 @@ def test_uuid_alone_is_the_hash_when_there_are_no_factors() -> None:
 
 def test_uuid_with_factors_hashes_every_factor_including_media_io_kwargs() -> None:
     ref = image_ref()
-    h16 = inputs({"video": ref}, mm_uuids={"video": ["vid"]}, media_io_kwargs={"video": {"num_frames": 16}})
-    h32 = inputs({"video": ref}, mm_uuids={"video": ["vid"]}, media_io_kwargs={"video": {"num_frames": 32}})
+    h16 = inputs(
+        {"video": ref}, mm_uuids={"video": ["vid"]}, media_io_kwargs={"video": {"num_frames": 16}}
+    )
+    h32 = inputs(
+        {"video": ref}, mm_uuids={"video": ["vid"]}, media_io_kwargs={"video": {"num_frames": 32}}
+    )
     a, b = h16.get_mm_hashes("m")["video"][0], h32.get_mm_hashes("m")["video"][0]
     assert a != b and "vid" not in (a, b)
     # The key is never consulted: another ref with the same UUID and kwargs hashes the same.
-    h16_other = inputs({"video": image_ref("other")}, mm_uuids={"video": ["vid"]}, media_io_kwargs={"video": {"num_frames": 16}})
+    h16_other = inputs(
+        {"video": image_ref("other")},
+        mm_uuids={"video": ["vid"]},
+        media_io_kwargs={"video": {"num_frames": 16}},
+    )
     assert h16_other.get_mm_hashes("m")["video"][0] == a
 
 
 def test_uuid_with_processor_kwargs_depends_on_the_model_and_kwargs() -> None:
     ref = image_ref()
-    base = inputs({"image": ref}, mm_uuids={"image": "u"}, hf_processor_mm_kwargs={"max_pixels": 100})
+    base = inputs(
+        {"image": ref}, mm_uuids={"image": "u"}, hf_processor_mm_kwargs={"max_pixels": 100}
+    )
     assert base.get_mm_hashes("m") != base.get_mm_hashes("n")
-    other = inputs({"image": ref}, mm_uuids={"image": "u"}, hf_processor_mm_kwargs={"max_pixels": 200})
+    other = inputs(
+        {"image": ref}, mm_uuids={"image": "u"}, hf_processor_mm_kwargs={"max_pixels": 200}
+    )
     assert base.get_mm_hashes("m") != other.get_mm_hashes("m")
 
 
 def test_partial_uuid_list_uses_given_uuids_and_hashes_the_rest() -> None:
     refs = [image_ref("a"), image_ref("b")]
-    hashes = inputs({"image": refs}, mm_uuids={"image": [None, "second"]}).get_mm_hashes("m")["image"]
+    hashes = inputs({"image": refs}, mm_uuids={"image": [None, "second"]}).get_mm_hashes("m")[
+        "image"
+    ]
     assert hashes[1] == "second"
     assert hashes[0] == inputs({"image": refs[:1]}).get_mm_hashes("m")["image"][0]
 
@@ -131,8 +155,12 @@ def test_model_id_enters_every_hash() -> None:
 def test_processor_kwargs_are_scoped_to_their_modality() -> None:
     image = image_ref()
     plain = inputs({"image": image}).get_mm_hashes("m")
-    videos_only = inputs({"image": image}, hf_processor_mm_kwargs={"videos_kwargs": {"fps": 2}}).get_mm_hashes("m")
-    images_own = inputs({"image": image}, hf_processor_mm_kwargs={"images_kwargs": {"max_pixels": 9}}).get_mm_hashes("m")
+    videos_only = inputs(
+        {"image": image}, hf_processor_mm_kwargs={"videos_kwargs": {"fps": 2}}
+    ).get_mm_hashes("m")
+    images_own = inputs(
+        {"image": image}, hf_processor_mm_kwargs={"images_kwargs": {"max_pixels": 9}}
+    ).get_mm_hashes("m")
     shared = inputs({"image": image}, hf_processor_mm_kwargs={"max_pixels": 9}).get_mm_hashes("m")
     assert plain == videos_only
     assert plain != images_own and plain != shared
@@ -150,7 +178,9 @@ def test_item_hash_is_the_hasher_over_model_item_and_factors() -> None:
     expected = MultiModalHasher.hash_kwargs(
         "sha256", model_id="m", image=ref, mm_processor_kwargs={"max_pixels": 9}
     )
-    got = inputs({"image": ref}, hf_processor_mm_kwargs={"max_pixels": 9}).get_mm_hashes("m", "sha256")
+    got = inputs({"image": ref}, hf_processor_mm_kwargs={"max_pixels": 9}).get_mm_hashes(
+        "m", "sha256"
+    )
     assert got == {"image": [expected]}
 
 
@@ -192,11 +222,7 @@ def test_prompt_may_be_text() -> None:
 
 
 def _png(color: tuple[int, int, int]) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    Image.new("RGB", (8, 6), color).save(buffer, format="PNG")
-    return buffer.getvalue()
+    return encode(Image.new("RGB", (8, 6), color), "PNG")
 
 
 def _clip(frames: int = 4, width: int = 32, height: int = 24) -> bytes:
@@ -209,7 +235,9 @@ def _clip(frames: int = 4, width: int = 32, height: int = 24) -> bytes:
         stream = container.add_stream("mpeg4", rate=4)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for i in range(frames):
-            frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), i * 40, np.uint8), format="rgb24")
+            frame = av.VideoFrame.from_ndarray(
+                np.full((height, width, 3), i * 40, np.uint8), format="rgb24"
+            )
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
@@ -228,13 +256,10 @@ def _wav(seconds: float = 0.1, rate: int = 8000) -> bytes:
 
 
 def test_real_refs_are_parsed_hashed_and_selected_undecoded_then_decode_to_hf_views() -> None:
-    image_mod = pytest.importorskip("mediaref.media.image")
-    video_mod = pytest.importorskip("mediaref.media.video")
-    audio_mod = pytest.importorskip("mediaref.media.audio")
-    image_io = image_mod.ImageMediaIO()
+    image_io = ImageMediaIO()
     images = [image_io.load_bytes_ref(_png((i, 0, 0))) for i in range(3)]
-    video = video_mod.VideoMediaIO(image_io, num_frames=2).load_bytes_ref(_clip())
-    audio = audio_mod.AudioMediaIO().load_bytes_ref(_wav())
+    video = VideoMediaIO(image_io, num_frames=2).load_bytes_ref(_clip())
+    audio = AudioMediaIO().load_bytes_ref(_wav())
     parser = MultiModalDataParser(target_sr=16000, target_channels=1, video_needs_metadata=True)
     items = parser.parse_mm_data({"image": images, "video": video, "audio": audio})
 

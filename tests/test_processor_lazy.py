@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+
 from _lazy_fixtures import (
     CORRUPT_IMAGE,
     IMAGE_PROMPT,
@@ -31,7 +32,6 @@ from _lazy_fixtures import (
     make_processor,
     reference_output,
 )
-
 from mediaref.exceptions import VLLMUnprocessableEntityError
 from mediaref.media.base import MediaRef
 from mediaref.media.image import ImageMediaIO
@@ -134,7 +134,7 @@ def test_four_misses_decode_concurrently_on_the_media_pool() -> None:
     # one after another, the first would wait alone until the timeout and break the barrier.
     barrier = threading.Barrier(4, timeout=WAIT_S)
     datas = [image_bytes(10 + i) for i in range(4)]
-    refs, decoders = zip(*(instrumented_ref(data, barrier=barrier) for data in datas))
+    refs, decoders = zip(*(instrumented_ref(data, barrier=barrier) for data in datas), strict=True)
 
     out = processor.apply(processor.build_inputs(image_prompt(4), {"image": list(refs)}))
 
@@ -161,7 +161,7 @@ def _raise_with_a_held_sibling(
     def run_and_observe() -> tuple[BaseException | None, bool]:
         try:
             run()
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+        except BaseException as exc:  # the test inspects it
             # What matters is the sibling's state at the moment the error propagates.
             return exc, slow_decoder.finished.is_set()
         return None, slow_decoder.finished.is_set()

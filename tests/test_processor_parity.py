@@ -1,6 +1,7 @@
 """Parity: the mediaref processor's output equals calling the HF processor on the decoded media.
 
-For each request, the reference is one direct call of a separately loaded HF processor on media
+For each request, the reference is one direct call of a separately loaded HF processor (the
+``hf_vl`` and ``hf_audio`` fixtures, see conftest.py) on media
 decoded outside mediaref's processor, with the same prompt (HF expands the placeholders itself).
 Token ids, placeholder ranges, ``pixel_values``, ``image_grid_thw``, video and audio features
 must agree. Images and videos must agree exactly: both sides run the same deterministic HF code
@@ -19,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from transformers import AutoProcessor
 
 from _processor_fixtures import (
     AUDIO_NAMES,
@@ -78,7 +78,9 @@ def _factory(base: BaseMultiModalProcessor[Any]) -> ProcessorFactory:
 def _builtin_processor(name: str, family: str | None = None) -> ProcessorFactory:
     # The CPU-normalized path, the one a plain HF call takes. The device path (Qwen2-VL's default,
     # raw uint8 pixels) has its own parity tests in test_mm_device_normalize.py.
-    config = ModelConfig(model=str(builtin_model_path(name)), family=family, mm_device_do_normalize=False)
+    config = ModelConfig(
+        model=str(builtin_model_path(name)), family=family, mm_device_do_normalize=False
+    )
     return _factory(MULTIMODAL_REGISTRY.create_processor(config))
 
 
@@ -95,18 +97,6 @@ def make_raw_video() -> ProcessorFactory:
 @pytest.fixture(scope="module")
 def make_audio() -> ProcessorFactory:
     return _builtin_processor("qwen2_audio")
-
-
-# The HF processors are loaded on their own, not taken from the instances mediaref's processors
-# hold, so nothing mediaref does to its instance can leak into the reference.
-@pytest.fixture(scope="module")
-def hf_vl() -> Any:
-    return AutoProcessor.from_pretrained(builtin_model_path("qwen2_vl"), local_files_only=True)
-
-
-@pytest.fixture(scope="module")
-def hf_audio() -> Any:
-    return AutoProcessor.from_pretrained(builtin_model_path("qwen2_audio"), local_files_only=True)
 
 
 def _apply(

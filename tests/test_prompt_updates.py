@@ -232,7 +232,7 @@ def test_adversarial_prompt_with_absent_target_fails_promptly() -> None:
 @pytest.mark.timeout(10)
 def test_adversarial_prompt_with_many_items_applies_and_locates() -> None:
     target = [1] * 500 + [2]
-    updates = resolve([PromptReplacement("image", target, target + [4])], image=60)
+    updates = resolve([PromptReplacement("image", target, [*target, 4])], image=60)
     new_ids, placeholders = apply_prompt_updates(target * 60, updates, None)
     assert len(new_ids) == 60 * 502
     assert [r.offset for r in placeholders["image"]] == [i * 502 for i in range(60)]
@@ -346,7 +346,7 @@ def test_index_targets_resolve_in_an_empty_prompt() -> None:
 
 def test_prefix_target_that_the_prompt_lacks_is_an_error() -> None:
     updates = resolve([PromptInsertion("image", PromptIndexTargets.prefix([7]), [4])], image=1)
-    with pytest.raises(VLLMValidationError, match="image: expected 1 .* found 0 .*prefix"):
+    with pytest.raises(VLLMValidationError, match=r"image: expected 1 .* found 0 .*prefix"):
         apply_prompt_updates([5, 6], updates, None)
 
 

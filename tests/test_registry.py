@@ -162,7 +162,7 @@ def test_unreadable_model_type_is_a_validation_error_naming_config_json(
     tmp_path: Path, config: object, raw: str | None, reason: str
 ) -> None:
     model = ModelConfig(model=model_dir(tmp_path, config, raw=raw))
-    with pytest.raises(VLLMValidationError, match="config.json") as info:
+    with pytest.raises(VLLMValidationError, match=r"config\.json") as info:
         MULTIMODAL_REGISTRY.create_processor(model)
     assert reason in str(info.value)
     assert info.value.parameter == "model"

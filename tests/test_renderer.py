@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+
 from _lazy_fixtures import (
     CORRUPT_IMAGE,
     IMAGE_PROMPT,
@@ -28,11 +29,9 @@ from _lazy_fixtures import (
     instrumented_ref,
     make_inspecting_processor_class,
     make_processor,
-    model_config,
     reference_output,
     spy,
 )
-
 from mediaref.exceptions import VLLMUnprocessableEntityError, VLLMValidationError
 from mediaref.media.image import ImageMediaIO
 from mediaref.models.qwen2_vl import Qwen2VLMultiModalProcessor
@@ -40,20 +39,6 @@ from mediaref.processing.processor import MultiModalApplyState
 from mediaref.renderers.base import BaseRenderer, MultiModalRequest
 
 RendererFactory = Callable[[Any], BaseRenderer]
-
-
-@pytest.fixture
-def make_renderer() -> Iterator[RendererFactory]:
-    made: list[BaseRenderer] = []
-
-    def make(processor: Any) -> BaseRenderer:
-        renderer = BaseRenderer(model_config(), mm_processor=processor)
-        made.append(renderer)
-        return renderer
-
-    yield make
-    for renderer in made:
-        renderer.shutdown()
 
 
 def image_request(*refs: Any, **kwargs: Any) -> MultiModalRequest:
@@ -150,9 +135,7 @@ async def test_the_blocking_path_holds_the_worker_through_a_decode(
     ref_a, decoder_a = instrumented_ref(image_bytes(120), gate=gate)
     task_a = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a)))
     assert await wait_event(decoder_a.started)
-    task_b = asyncio.create_task(
-        renderer.process_multimodal_async(image_request(counted_ref(121)))
-    )
+    task_b = asyncio.create_task(renderer.process_multimodal_async(image_request(counted_ref(121))))
 
     assert await still_pending_after_grace(task_b)  # queued behind A on the one worker
     gate.set()

@@ -13,15 +13,14 @@ from typing import Any, TypeVar
 
 import pytest
 import torch
+
 from _lazy_fixtures import (
     image_bytes,
     image_prompt,
     instrumented_ref,
     make_inspecting_processor_class,
     make_processor,
-    model_config,
 )
-
 from mediaref.processing.torch_threads import default_num_threads, set_default_torch_num_threads
 from mediaref.renderers.base import BaseRenderer, MultiModalRequest
 
@@ -111,27 +110,14 @@ def test_scopes_overlapping_on_two_threads_leave_the_count_as_it_was(worker_thre
     assert on_worker(torch.get_num_threads) == worker_threads
 
 
-@pytest.fixture
-def renderer_factory() -> Iterator[Callable[[Any], BaseRenderer]]:
-    made: list[BaseRenderer] = []
-
-    def make(processor: Any) -> BaseRenderer:
-        made.append(BaseRenderer(model_config(), mm_processor=processor))
-        return made[-1]
-
-    yield make
-    for renderer in made:
-        renderer.shutdown()
-
-
 async def test_the_renderer_runs_hf_on_one_thread_and_restores_the_count(
     worker_threads: int,
-    renderer_factory: Callable[[Any], BaseRenderer],
+    make_renderer: Callable[[Any], BaseRenderer],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     processor_cls = make_inspecting_processor_class()
-    renderer = renderer_factory(make_processor(processor_cls))
+    renderer = make_renderer(make_processor(processor_cls))
     first, _ = instrumented_ref(image_bytes(171))
     second, _ = instrumented_ref(image_bytes(172))
 

@@ -38,7 +38,31 @@ _EXPORTS = {
     "MediaRefError": "mediaref.exceptions",
 }
 
-__all__ = sorted(_EXPORTS)
+# Written out, not computed from _EXPORTS: type checkers read only a literal ``__all__`` when they
+# decide what ``from mediaref import X`` may import. tests/test_package.py keeps the two in step.
+__all__ = [
+    "MEDIA_CONNECTOR_REGISTRY",
+    "MULTIMODAL_REGISTRY",
+    "AudioMediaIO",
+    "BaseRenderer",
+    "DecodeSpec",
+    "ImageMediaIO",
+    "MediaConnector",
+    "MediaIO",
+    "MediaRef",
+    "MediaRefError",
+    "ModelConfig",
+    "MultiModalDataParser",
+    "MultiModalHasher",
+    "MultiModalRequest",
+    "VLLMUnprocessableEntityError",
+    "VLLMValidationError",
+    "VideoMediaIO",
+    "derive_media_key",
+    "fetch_audio",
+    "fetch_image",
+    "fetch_video",
+]
 
 
 def __getattr__(name: str) -> Any:

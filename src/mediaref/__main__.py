@@ -32,7 +32,9 @@ def _ms(seconds: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mediaref", description=__doc__.splitlines()[0])
     parser.add_argument("--image", type=Path, help="an image file (default: the shipped sample)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="a built-in model name or a model directory")
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help="a built-in model name or a model directory"
+    )
     args = parser.parse_args(argv)
 
     from mediaref import ImageMediaIO, MediaConnector
@@ -52,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         image = ref.decode()
         decode_s = time.perf_counter() - start
 
-    print(f"image      {image_path.name}: {len(ref.data)} bytes, {image.width}x{image.height} {image.mode}")
+    print(
+        f"image      {image_path.name}: {len(ref.data)} bytes, {image.width}x{image.height} {image.mode}"
+    )
     print(f"key        {ref.key.hex()}")
     print(f"fetch+key  {_ms(fetch_s)}   (header parse + sha256; no pixels decoded)")
     print(f"decode     {_ms(decode_s)}   ({decode_s / max(fetch_s, 1e-9):.1f}x the fetch)")
@@ -66,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             for label in ("miss", "hit", "hit"):
                 fresh = connector.fetch_image(image_path.as_uri(), ImageMediaIO())
                 start = time.perf_counter()
-                out = await renderer.process_multimodal_async(MultiModalRequest(PROMPT, {"image": fresh}))
+                out = await renderer.process_multimodal_async(
+                    MultiModalRequest(PROMPT, {"image": fresh})
+                )
                 elapsed = time.perf_counter() - start
                 data = out["mm_kwargs"].get_data()
                 (placeholder,) = out["mm_placeholders"]["image"]

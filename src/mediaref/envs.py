@@ -9,7 +9,8 @@ not have is ``MEDIAREF_*``.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _bool(raw: str) -> bool:

@@ -99,12 +99,19 @@ def _serialize_tensor(tensor: torch.Tensor) -> tuple[bytes, tuple[Atom, ...]]:
     tensor = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous()
     # Viewed as bytes, every dtype works, including those numpy lacks (bfloat16, float8).
     raw = tensor.reshape(-1).view(torch.uint8).numpy()
-    return b"tensor", (str(tensor.dtype).encode("ascii"), _shape_atom(tuple(tensor.shape)), raw.data)
+    return b"tensor", (
+        str(tensor.dtype).encode("ascii"),
+        _shape_atom(tuple(tensor.shape)),
+        raw.data,
+    )
 
 
 def _serialize_array(array: np.ndarray) -> tuple[bytes, tuple[Atom, ...]]:
     if array.dtype.hasobject:  # pointers are not content: encode the elements instead
-        return b"ndarray-object", (_shape_atom(array.shape), *_encoded_atoms(array.ravel().tolist()))
+        return b"ndarray-object", (
+            _shape_atom(array.shape),
+            *_encoded_atoms(array.ravel().tolist()),
+        )
     # A strided view and its contiguous copy hold the same array, so they must hash the same.
     contiguous = np.ascontiguousarray(array)
     raw = contiguous.reshape(-1).view(np.uint8)
@@ -160,7 +167,9 @@ def _append_framed(obj: object, out: list[Atom]) -> None:
             _append_framed(element, out)
     elif isinstance(obj, Mapping):
         # Equal dicts hash equal whatever their insertion order: entries sort by encoded key.
-        entries = sorted(((_encoded_key(key), value) for key, value in obj.items()), key=lambda e: e[0])
+        entries = sorted(
+            ((_encoded_key(key), value) for key, value in obj.items()), key=lambda e: e[0]
+        )
         _frame(out, b"dict")
         _frame(out, _u64(len(entries)))
         for key_bytes, value in entries:

@@ -10,7 +10,7 @@ import sys
 from collections import UserDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict, TypeVar, Union
 
 import numpy as np
 import torch
@@ -25,28 +25,29 @@ _T = TypeVar("_T")
 HfImageItem = Union["Image", np.ndarray, torch.Tensor]
 """An image the HF processor accepts: PIL, an (H, W, C) array or a (C, H, W) tensor."""
 
-HfVideoItem = Union[list["Image"], np.ndarray, torch.Tensor, list[np.ndarray], list[torch.Tensor]]
+HfVideoItem = list["Image"] | np.ndarray | torch.Tensor | list[np.ndarray] | list[torch.Tensor]
 """A video the HF processor accepts: its frames, as a list or a (T, H, W, C) array."""
 
-HfAudioItem = Union[list[float], np.ndarray, torch.Tensor]
+HfAudioItem = list[float] | np.ndarray | torch.Tensor
 """Audio samples the HF processor accepts."""
 
-ImageItem = Union[HfImageItem, MediaRef[Any]]
+ImageItem = HfImageItem | MediaRef[Any]
 """An image, decoded or as a lazy reference (which decodes to a PIL image)."""
 
-VideoItem = Union[HfVideoItem, tuple[HfVideoItem, dict[str, Any]], MediaRef[Any]]
+VideoItem = HfVideoItem | tuple[HfVideoItem, dict[str, Any]] | MediaRef[Any]
 """A video: frames, ``(frames, metadata)``, or a lazy reference decoding to ``(frames, metadata)``."""
 
-AudioItem = Union[HfAudioItem, tuple[HfAudioItem, float], MediaRef[Any]]
+AudioItem = HfAudioItem | tuple[HfAudioItem, float] | MediaRef[Any]
 """Audio: samples, ``(samples, sample_rate)``, or a lazy reference decoding to the latter."""
 
-ModalityData = Union[_T, list[Union[_T, None]], None]
+# Explicit TypeAlias: mypy reads a bare ``_T | ...`` assignment as a variable, not a generic alias.
+ModalityData: TypeAlias = _T | list[_T | None] | None
 """One item, a list of items (``None`` for an item the client identifies by UUID), or nothing."""
 
 MultiModalDataDict = Mapping[str, ModalityData[Any]]
 """Modality name (``"image"``, ``"video"``, ``"audio"``, ...) to its data."""
 
-MultiModalUUIDDict = Mapping[str, Union[Sequence[Union[str, None]], str, None]]
+MultiModalUUIDDict = Mapping[str, Sequence[str | None] | str | None]
 """Client-supplied identities, per modality and item, that replace content hashing."""
 
 
@@ -184,7 +185,6 @@ class MultiModalInputs(TypedDict, total=False):
 
 
 __all__ = [
-    "estimate_nbytes",
     "AudioItem",
     "FieldKind",
     "HfAudioItem",
@@ -202,4 +202,5 @@ __all__ = [
     "MultiModalUUIDDict",
     "PlaceholderRange",
     "VideoItem",
+    "estimate_nbytes",
 ]

@@ -103,6 +103,15 @@ class MultiModalRegistry:
                 parameter="model",
             ) from None
 
+    def supports_mm_device_do_normalize(self, model_config: ModelConfig) -> bool:
+        """Whether the model's family can leave rescale + normalize to the device (False for a
+        model no family is registered for, or whose directory cannot be read)."""
+        try:
+            info_cls = self.get_factories(model_config).info
+        except VLLMValidationError:
+            return False
+        return bool(info_cls.supports_mm_device_do_normalize)
+
     def supports_multimodal_inputs(self, model_config: ModelConfig) -> bool:
         self._load_builtins()
         return self.get_family(model_config) in self._families
@@ -122,10 +131,8 @@ class MultiModalRegistry:
         cache: BaseMultiModalProcessorCache | None = None,
     ) -> BaseMultiModalProcessor[Any]:
         """A processor for the model, loading its HF processor offline from the model directory."""
-        from mediaref.processing.context import InputProcessingContext
-
         factories = self.get_factories(model_config)
-        info = factories.info(InputProcessingContext(model_config))
+        info = factories.info.from_model_config(model_config)
         return factories.processor(info, factories.dummy_inputs(info), cache=cache)
 
 

@@ -33,10 +33,10 @@ import av
 import numpy as np
 import soundfile as sf  # type: ignore[import-untyped]
 import torch
-from _image_samples import png_bomb
 from aiohttp import web
 from PIL import Image
 
+from _image_samples import encode, png_bomb
 from mediaref.entrypoints.chat_utils import (
     apply_chat_template,
     parse_chat_messages_async,
@@ -70,9 +70,7 @@ MIX_ENV: Mapping[str, str] = {
 def jpeg(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
-    return buffer.getvalue()
+    return encode(Image.fromarray(pixels), "JPEG", quality=90)
 
 
 @functools.cache
@@ -281,7 +279,9 @@ KINDS: Mapping[str, tuple[str, str, int]] = {
 GOOD_KINDS = ("image_repeat", "image_unique", "video", "audio")
 
 
-def build_mix(origin: FaultOrigin, total: int, *, bad_fraction: float, seed: int = 0) -> list[MixRequest]:
+def build_mix(
+    origin: FaultOrigin, total: int, *, bad_fraction: float, seed: int = 0
+) -> list[MixRequest]:
     """``total`` requests: the good kinds, and every bad kind about equally often."""
     rng = random.Random(seed)
     origin.add("good-0.jpg", jpeg(0), "image/jpeg")
@@ -370,9 +370,11 @@ class Stack:
             output = await self.renderers[request.model].process_multimodal_async(
                 MultiModalRequest(prompt, mm_data or {}, mm_uuids=mm_uuids)
             )
-        except Exception as exc:  # noqa: BLE001 - the outcome is the status it maps to
+        except Exception as exc:  # the outcome is the status it maps to
             status = int(getattr(exc, "status_code", 500))
-            return Outcome(request, status, time.perf_counter() - start, error=f"{type(exc).__name__}: {exc}")
+            return Outcome(
+                request, status, time.perf_counter() - start, error=f"{type(exc).__name__}: {exc}"
+            )
         return Outcome(request, 200, time.perf_counter() - start, output=output)
 
     async def run_all(
@@ -443,7 +445,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 __all__ = [

@@ -23,6 +23,7 @@ import av
 import numpy as np
 import pytest
 import soundfile as sf  # type: ignore[import-untyped]
+
 from _audio_samples import (
     Tones,
     encode_pyav,
@@ -32,11 +33,11 @@ from _audio_samples import (
     with_opus_pre_skip,
 )
 from _memory import traced_peak
-
 from mediaref.exceptions import MediaTooLargeError
-from mediaref.media.audio import _pyav as _audio_pyav, _soundfile as _audio_soundfile
-from mediaref.media.audio._caps import AudioLimits
 from mediaref.media.audio import AudioMediaIO
+from mediaref.media.audio import _pyav as _audio_pyav
+from mediaref.media.audio import _soundfile as _audio_soundfile
+from mediaref.media.audio._caps import AudioLimits
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 
 MiB = 1 << 20
@@ -279,7 +280,9 @@ def test_impossible_wav_headers_fail_as_decode_errors(offset: int, value: bytes)
 @pytest.mark.parametrize("pre_skip", [0, 65535])
 def test_opus_pre_skip_trims_without_reading_or_allocating_more(pre_skip: int) -> None:
     # OpusHead's pre-skip (at most 65535 samples, 1.4 s at 48 kHz) drops leading samples.
-    payload = with_opus_pre_skip(encode_pyav(sine(MONO_TONE, 48_000, 1.0), 48_000, "ogg", "libopus"), pre_skip)
+    payload = with_opus_pre_skip(
+        encode_pyav(sine(MONO_TONE, 48_000, 1.0), 48_000, "ogg", "libopus"), pre_skip
+    )
 
     samples, rate = AudioMediaIO().load_bytes_ref(payload).decode()
 

@@ -13,12 +13,11 @@ import concurrent.futures
 import threading
 
 import pytest
-from _image_samples import encode, gradient_rgb
-from _lazy_fixtures import image_bytes, image_prompt, make_processor
 from PIL import Image
 
+from _image_samples import encode, gradient_rgb
+from _lazy_fixtures import image_bytes, image_prompt, make_processor
 from mediaref.exceptions import MediaTooLargeError
-from mediaref.media.image._pixels import decoded_image_bytes
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.media.decode import (
     MediaDecodeJob,
@@ -33,6 +32,7 @@ from mediaref.media.decode_budget import (
     request_decode_limit_bytes,
 )
 from mediaref.media.image import ImageMediaIO
+from mediaref.media.image._pixels import decoded_image_bytes
 from mediaref.processing.processor import MultiModalApplyState
 
 WAIT_S = 10.0
@@ -227,7 +227,9 @@ def test_the_apply_state_owns_one_budget_per_request(monkeypatch: pytest.MonkeyP
     refs = [ImageMediaIO().load_bytes_ref(image_bytes(60))]
     with processor.apply_phase1(processor.build_inputs(image_prompt(1), {"image": refs})) as one:
         assert isinstance(one, MultiModalApplyState)
-        with processor.apply_phase1(processor.build_inputs(image_prompt(1), {"image": refs})) as two:
+        with processor.apply_phase1(
+            processor.build_inputs(image_prompt(1), {"image": refs})
+        ) as two:
             assert one.decoded_budget is not two.decoded_budget
             assert one.decoded_budget.limit_bytes == 12345
 
@@ -287,7 +289,11 @@ def test_a_request_over_the_budget_fails_with_413_though_each_item_fits(
     datas = [image_bytes(i) for i in (61, 62, 63)]
     for data in datas:  # each alone fits, in a request of its own
         processor = make_processor()
-        processor.apply(processor.build_inputs(image_prompt(1), {"image": [ImageMediaIO().load_bytes_ref(data)]}))
+        processor.apply(
+            processor.build_inputs(
+                image_prompt(1), {"image": [ImageMediaIO().load_bytes_ref(data)]}
+            )
+        )
     processor = make_processor()
     refs = [ImageMediaIO().load_bytes_ref(data) for data in datas]
     with pytest.raises(MediaTooLargeError) as caught:
@@ -309,11 +315,16 @@ def test_a_webp_is_charged_before_pillow_opens_it(monkeypatch: pytest.MonkeyPatc
     opened: list[object] = []
     real_open = WebPImagePlugin.WebPImageFile._open
     monkeypatch.setattr(
-        WebPImagePlugin.WebPImageFile, "_open", lambda self: (opened.append(self), real_open(self))[1]
+        WebPImagePlugin.WebPImageFile,
+        "_open",
+        lambda self: (opened.append(self), real_open(self))[1],
     )
     ref = ImageMediaIO().load_bytes_ref(encode(gradient_rgb(64, 64), "WEBP", lossless=True))
     assert opened == []
-    with decode_budget_scope(MediaDecodedBudget(limit_bytes=1000)), pytest.raises(MediaTooLargeError):
+    with (
+        decode_budget_scope(MediaDecodedBudget(limit_bytes=1000)),
+        pytest.raises(MediaTooLargeError),
+    ):
         ref.decode()
     assert opened == []
     budget = MediaDecodedBudget(limit_bytes=10**6)

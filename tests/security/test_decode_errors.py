@@ -12,13 +12,12 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Iterator
 
 import pytest
-from _image_samples import encode, gradient_rgb
-from _lazy_fixtures import image_bytes, image_prompt, make_processor
 from PIL import Image
 
+from _image_samples import encode, gradient_rgb
+from _lazy_fixtures import image_bytes, image_prompt, make_processor
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.media.decode import (
@@ -29,12 +28,6 @@ from mediaref.media.decode import (
     unprocessable_media_error,
 )
 from mediaref.media.image import ImageMediaIO
-
-
-@pytest.fixture
-def pool() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
-    with concurrent.futures.ThreadPoolExecutor(4) as executor:
-        yield executor
 
 
 def failing_ref(exc: BaseException) -> MediaRef[object]:

@@ -80,7 +80,9 @@ def test_content_format_detection_parses_each_template_once(monkeypatch: Any) ->
         return original(self, source, *args, **kwargs)
 
     monkeypatch.setattr(jinja2.Environment, "parse", counting_parse)
-    template = "{% for m in messages %}{% for part in m['content'] %}{{ part }}{% endfor %}{% endfor %}"
+    template = (
+        "{% for m in messages %}{% for part in m['content'] %}{{ part }}{% endfor %}{% endfor %}"
+    )
     template += "{# unique to this test #}"
     assert [_chat_template.detect_content_format(template) for _ in range(5)] == ["openai"] * 5
     assert parses.count(template) == 1

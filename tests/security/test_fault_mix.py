@@ -14,6 +14,7 @@ import threading
 from collections import Counter
 
 import pytest
+
 from _fault_mix import (
     MIX_ENV,
     FaultOrigin,
@@ -40,15 +41,18 @@ def pooled_threads(prefix: str) -> int:
 
 def unpooled_threads() -> list[str]:
     return sorted(
-        thread.name
-        for thread in threading.enumerate()
-        if not thread.name.startswith(POOL_PREFIXES)
+        thread.name for thread in threading.enumerate() if not thread.name.startswith(POOL_PREFIXES)
     )
 
 
 @pytest.fixture
 def mix_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS", "VLLM_MEDIA_CACHE", "http_proxy", "HTTP_PROXY"):
+    for name in (
+        "VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS",
+        "VLLM_MEDIA_CACHE",
+        "http_proxy",
+        "HTTP_PROXY",
+    ):
         monkeypatch.delenv(name, raising=False)
     for name, value in MIX_ENV.items():
         monkeypatch.setenv(name, value)
@@ -60,7 +64,11 @@ async def test_fault_mix(mix_env: None) -> None:
         stack = Stack()
         try:
             requests = build_mix(origin, TOTAL, bad_fraction=0.5)
-            assert {r.kind for r in requests} >= {"gzip_bomb", "video_decode_bomb", "stalled_origin"}
+            assert {r.kind for r in requests} >= {
+                "gzip_bomb",
+                "video_decode_bomb",
+                "stalled_origin",
+            }
             # The serial run: every good request alone, which also warms pools and caches, so
             # threads and descriptors counted afterwards are the steady state.
             expected = {}

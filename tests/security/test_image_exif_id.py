@@ -14,9 +14,9 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from _image_samples import encode, exif_block, gradient_rgb
 from PIL import Image
 
+from _image_samples import encode, exif_block, gradient_rgb
 from mediaref.media.base import derive_identity_key, derive_media_key
 from mediaref.media.image import ImageMediaIO
 
@@ -104,7 +104,9 @@ def test_a_gif_or_bmp_has_no_exif_and_keys_off_its_bytes() -> None:
     media_io = ImageMediaIO(trust_exif_image_id=True)
     for image_format in ("GIF", "BMP"):
         data = encode(gradient_rgb(8, 8), image_format)
-        assert media_io.load_bytes_ref(data).key == derive_media_key(data, media_io.get_decode_spec())
+        assert media_io.load_bytes_ref(data).key == derive_media_key(
+            data, media_io.get_decode_spec()
+        )
 
 
 def _exif_with_a_huge_exif_ifd(values: int) -> bytes:

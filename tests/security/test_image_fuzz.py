@@ -19,11 +19,12 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from _image_samples import encode, exif_block, gradient_rgb, two_frame_animation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image, ImageFile
+from PIL import Image
 
+from _image_samples import encode, exif_block, gradient_rgb, two_frame_animation
+from _memory import PixelWork
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
 from mediaref.media.base import MediaRef
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
@@ -98,28 +99,6 @@ def mutated_images(draw: st.DrawFn) -> bytes:
 random_behind_magic = st.builds(
     lambda magic, body: magic + body, st.sampled_from(MAGIC), st.binary(max_size=512)
 )
-
-
-class PixelWork:
-    """ImageFile.load calls and Pillow image cores allocated since ``restart``."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        original_load = ImageFile.ImageFile.load
-
-        def counting_load(image: ImageFile.ImageFile) -> object:
-            self.loads += 1
-            return original_load(image)
-
-        monkeypatch.setattr(ImageFile.ImageFile, "load", counting_load)
-        self.restart()
-
-    def restart(self) -> None:
-        self.loads = 0
-        self._cores = int(Image.core.get_stats()["new_count"])  # type: ignore[attr-defined]
-
-    def work(self) -> tuple[int, int]:
-        cores = int(Image.core.get_stats()["new_count"]) - self._cores  # type: ignore[attr-defined]
-        return self.loads, cores
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import zlib
 
 import numpy as np
 import pytest
-from _image_samples import encode, gradient_rgb
-from _memory import traced_peak
 from PIL import Image, ImageFile, PngImagePlugin
 
+from _image_samples import encode, gradient_rgb
+from _memory import traced_peak
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 from mediaref.media.image import ImageMediaIO
@@ -35,11 +35,11 @@ def _default_caps(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def _pillow_plugins_loaded() -> None:
     # The first decode in a process imports Pillow's plugins, which is not the payload's doing.
     ImageMediaIO().load_bytes(encode(gradient_rgb(2, 2), "PNG"))
+
 
 def png_with_compressed_text(chunks: int, megabytes_each: int = 1) -> bytes:
     info = PngImagePlugin.PngInfo()
@@ -67,7 +67,9 @@ def test_compressed_png_text_is_not_inflated_at_fetch_or_decode() -> None:
 def test_plain_png_text_survives() -> None:
     info = PngImagePlugin.PngInfo()
     info.add_text("Title", "kept")
-    decoded = ImageMediaIO().load_bytes_ref(encode(gradient_rgb(8, 6), "PNG", pnginfo=info)).decode()
+    decoded = (
+        ImageMediaIO().load_bytes_ref(encode(gradient_rgb(8, 6), "PNG", pnginfo=info)).decode()
+    )
     assert decoded.info.get("Title") == "kept"
 
 
@@ -136,8 +138,9 @@ def test_a_tall_thin_image_is_charged_for_its_row_pointers(orientation: int | No
     # 1 x 200000: 800 kB of pixels at 4 bytes a pixel, but 2.4 MB as Pillow stores it. A budget
     # that only counted pixels would let 1 x 90000000 (under the pixel cap) take a gigabyte.
     ref = ImageMediaIO().load_bytes_ref(tall_png(200_000, orientation=orientation))
-    with decode_budget_scope(MediaDecodedBudget(limit_bytes=2_000_000)), pytest.raises(
-        MediaTooLargeError, match="2400000 bytes"
+    with (
+        decode_budget_scope(MediaDecodedBudget(limit_bytes=2_000_000)),
+        pytest.raises(MediaTooLargeError, match="2400000 bytes"),
     ):
         ref.decode()
     with decode_budget_scope(MediaDecodedBudget(limit_bytes=2_400_000)):
@@ -195,7 +198,7 @@ def test_truncated_images_fail_and_the_global_switch_is_left_alone() -> None:
     assert ImageFile.LOAD_TRUNCATED_IMAGES is False
     data = encode(gradient_rgb(64, 64), "PNG")
     ref = ImageMediaIO().load_bytes_ref(data[: len(data) * 2 // 3])
-    with pytest.raises(ValueError, match="^Failed to decode image: .*truncated"):
+    with pytest.raises(ValueError, match=r"^Failed to decode image: .*truncated"):
         ref.decode()
     assert ImageFile.LOAD_TRUNCATED_IMAGES is False
 

@@ -12,8 +12,8 @@ import binascii
 
 import pybase64
 import pytest
-from _image_samples import encode, gradient_rgb
 
+from _image_samples import encode, gradient_rgb
 from mediaref.exceptions import MediaClientError
 from mediaref.media.audio import AudioMediaIO
 from mediaref.media.base import MediaIO

@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from _image_samples import encode, gradient_rgb
 
+from _image_samples import encode, gradient_rgb
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
 from mediaref.media import image as image_module
 from mediaref.media.base import DecodeSpec, MediaRef

@@ -26,7 +26,11 @@ class GatedDecoder:
 
     def __init__(self, value: object = "pixels", error: BaseException | None = None) -> None:
         self.value, self.error = value, error
-        self.gate, self.started, self.finished = threading.Event(), threading.Event(), threading.Event()
+        self.gate, self.started, self.finished = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
         self.calls = 0
 
     def __call__(self) -> object:
@@ -51,7 +55,7 @@ def start_decoding(ref: MediaRef[object]) -> threading.Thread:
     def decode() -> None:
         try:
             ref.decode()
-        except BaseException:  # noqa: BLE001, S110 - some tests make the decode fail on purpose
+        except BaseException:  # some tests make the decode fail on purpose
             pass
 
     thread = threading.Thread(target=decode)

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _http_server import MediaServer, clean_transport_env, media_server  # noqa: F401
-from _image_samples import encode
-from _lazy_fixtures import IMAGE_PROMPT, make_processor
 from PIL import Image
 
+from _http_server import MediaServer
+from _image_samples import encode
+from _lazy_fixtures import IMAGE_PROMPT, make_processor
 from mediaref.exceptions import VLLMValidationError
 from mediaref.parse import MultiModalDataParser
 

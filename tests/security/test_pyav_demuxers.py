@@ -9,7 +9,6 @@ which admits only each modality's allow-list of demuxers and no protocol at all.
 from __future__ import annotations
 
 import ast
-import io
 from pathlib import Path
 
 import av
@@ -17,20 +16,13 @@ import numpy as np
 import pybase64
 import pytest
 import soundfile as sf  # type: ignore[import-untyped]
-from _audio_samples import encode_pyav
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-)
-from _video_samples import make_clip
 from PIL import Image
 
+from _audio_samples import encode_pyav
+from _http_server import MediaServer
+from _image_samples import encode
+from _video_samples import make_clip
 from mediaref.exceptions import MediaTooLargeError
-from mediaref.media.audio import _pyav as _audio_pyav
-from mediaref.media.audio._caps import AudioLimits
 from mediaref.media._pyav_open import (
     AUDIO_DEMUXERS,
     VIDEO_DEMUXERS,
@@ -38,6 +30,8 @@ from mediaref.media._pyav_open import (
     open_input,
 )
 from mediaref.media.audio import AudioMediaIO
+from mediaref.media.audio import _pyav as _audio_pyav
+from mediaref.media.audio._caps import AudioLimits
 from mediaref.media.connector import MediaConnector
 from mediaref.media.image import ImageMediaIO
 from mediaref.media.video import VideoMediaIO
@@ -124,13 +118,9 @@ def test_video_scripts_naming_local_files_fail_to_decode(server_cwd: Path, scrip
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("modality", ["audio", "video"])
-def test_hls_playlist_never_reaches_the_network(
-    media_server: MediaServer, modality: str
-) -> None:
+def test_hls_playlist_never_reaches_the_network(media_server: MediaServer, modality: str) -> None:
     url = media_server.add_file("segment.ts", make_clip("h264", "mpegts"))
-    playlist = (
-        f"#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\n{url}\n#EXT-X-ENDLIST\n"
-    ).encode()
+    playlist = (f"#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\n{url}\n#EXT-X-ENDLIST\n").encode()
 
     with pytest.raises(ValueError, match=rf"^Failed to decode {modality}: "):
         (_decode_audio if modality == "audio" else _decode_video)(playlist)
@@ -148,10 +138,9 @@ def test_sdp_description_opens_no_socket(modality: str) -> None:
 
 def test_a_still_image_is_not_a_video() -> None:
     # Image demuxers (jpeg_pipe, png_pipe, ...) are off the video list: a picture is an image.
-    buffer = io.BytesIO()
-    Image.new("RGB", (64, 48)).save(buffer, "PNG")
+    png = encode(Image.new("RGB", (64, 48)), "PNG")
     with pytest.raises(ValueError, match=r"^Failed to decode video: "):
-        _decode_video(buffer.getvalue())
+        _decode_video(png)
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from _video_samples import declare_mp4_samples, make_clip
 
+from _video_samples import declare_mp4_samples, make_clip
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media._pyav_mp4_index import (
     INDEX_BYTES_PER_SAMPLE,
@@ -84,7 +84,7 @@ def test_a_moderate_sample_index_is_charged_to_the_request() -> None:
     payload = declare_mp4_samples(make_clip("mpeg4", "mp4", num_frames=3), 100_000)
     budget = MediaDecodedBudget(limit_bytes=10**9)
 
-    with decode_budget_scope(budget), pytest.raises(ValueError, match="^Failed to decode video"):
+    with decode_budget_scope(budget), pytest.raises(ValueError, match=r"^Failed to decode video"):
         # The declared samples point at bytes that are not frames: nothing decodes.
         VideoMediaIO(ImageMediaIO(), num_frames=4).load_bytes(payload)
 
@@ -99,7 +99,9 @@ def test_ordinary_files_declare_their_samples() -> None:
 
 def test_fragmented_mp4_counts_every_fragment() -> None:
     buffer = io.BytesIO()
-    with av.open(buffer, "w", format="mp4", options={"movflags": "frag_keyframe+empty_moov"}) as out:
+    with av.open(
+        buffer, "w", format="mp4", options={"movflags": "frag_keyframe+empty_moov"}
+    ) as out:
         stream = out.add_stream("mpeg4", rate=10)
         stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
         stream.codec_context.gop_size = 5

@@ -11,9 +11,8 @@ import ipaddress
 import socket
 
 import pytest
-from _http_server import clean_transport_env, http_client  # noqa: F401  (fixtures)
-from _raw_media import RawMediaIO
 
+from _raw_media import RawMediaIO
 from mediaref.exceptions import MediaNotAllowedError
 from mediaref.media._transport import addresses
 from mediaref.media._transport.errors import AddressRefusedError

@@ -7,22 +7,16 @@ fetch under a 0.25 MB budget; and ``VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB`` was not ap
 
 from __future__ import annotations
 
-import io
 import os
 import threading
 
 import numpy as np
 import pytest
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-)
-from _raw_media import RawMediaIO
 from PIL import Image
 
+from _http_server import MediaServer
+from _image_samples import encode
+from _raw_media import RawMediaIO
 from mediaref.entrypoints.chat_utils import MultiModalItemTracker
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media._transport.http_client import MediaHTTPClient
@@ -145,9 +139,7 @@ def test_the_download_cap_is_for_downloads_only(
 
 def _png(size: int, seed: int) -> bytes:
     pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG", compress_level=0)
-    return buffer.getvalue()
+    return encode(Image.fromarray(pixels), "PNG", compress_level=0)
 
 
 def test_the_chat_tracker_gives_each_request_its_own_budget(

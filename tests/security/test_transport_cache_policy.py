@@ -13,14 +13,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    http_client,
-    media_server,
-)
-from _raw_media import RawMediaIO
 
+from _http_server import MediaServer
+from _raw_media import RawMediaIO
 from mediaref.exceptions import MediaNotAllowedError
 from mediaref.media._transport.disk_cache import ENTRY_SUFFIX
 from mediaref.media._transport.http_client import MediaHTTPClient
@@ -62,7 +57,7 @@ def test_an_entry_reached_through_a_refused_domain_is_not_served(
         http_client, allowed_media_domains=["127.0.0.1"], allow_private_ips=True
     )
     # The requested URL's domain is allowed; the hop it redirected through is not.
-    with pytest.raises(MediaNotAllowedError, match="'localhost'.*allowed_media_domains"):
+    with pytest.raises(MediaNotAllowedError, match=r"'localhost'.*allowed_media_domains"):
         strict.fetch_image(url, RawMediaIO())
     assert media_server.count("/redirect") == 2  # fetched afresh under the stricter policy
     assert media_server.count("/files/a.bin") == 1

@@ -11,9 +11,8 @@ import tracemalloc
 
 import pybase64
 import pytest
-from _http_server import clean_transport_env, connector, http_client  # noqa: F401  (fixtures)
-from _raw_media import RawMediaIO, RawVideoIO
 
+from _raw_media import RawMediaIO, RawVideoIO
 from mediaref.exceptions import MediaClientError, MediaTooLargeError
 from mediaref.media._transport.data_url import MAX_HEADER_CHARS, parse_data_url
 from mediaref.media.connector import MediaConnector

@@ -25,10 +25,9 @@ from pathlib import Path
 import aiohttp
 import pybase64
 import pytest
-from _http_server import clean_transport_env, connector, http_client  # noqa: F401  (fixtures)
-from _raw_media import RawMediaIO
 from aiohttp.client_reqrep import ConnectionKey
 
+from _raw_media import RawMediaIO
 from mediaref.exceptions import (
     MediaClientError,
     MediaRefError,
@@ -141,7 +140,7 @@ def test_every_class_a_transport_module_raises_is_in_the_table(module_name: str)
     module = importlib.import_module(module_name)
     for name in sorted(_raised_names(module_name)):
         try:
-            obj = eval(name, vars(module))  # noqa: S307  (names from our own source)
+            obj = eval(name, vars(module))  # names from our own source
         except NameError:
             continue  # a local variable: "raise mapped from exc"
         if not (isinstance(obj, type) and issubclass(obj, BaseException)):

@@ -9,17 +9,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    RawOrigin,
-    clean_transport_env,
-    connector,
-    http_client,
-    media_server,
-    raw_origin,
-)
-from _raw_media import RawMediaIO
 
+from _http_server import MediaServer, RawOrigin
+from _raw_media import RawMediaIO
 from mediaref.exceptions import (
     MediaNotAllowedError,
     MediaServerError,

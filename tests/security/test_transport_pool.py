@@ -11,14 +11,9 @@ import asyncio
 import os
 
 import pytest
-from _http_server import (  # noqa: F401  (fixtures)
-    MediaServer,
-    clean_transport_env,
-    media_server,
-    second_media_server,
-)
-from _raw_media import RawMediaIO
 
+from _http_server import MediaServer
+from _raw_media import RawMediaIO
 from mediaref.exceptions import MediaTimeoutError
 from mediaref.media._transport.connection_slots import ConnectionSlots
 from mediaref.media._transport.http_client import (
@@ -34,7 +29,8 @@ NEVER_HANGS_SECONDS = 60.0
 
 async def _wait_for_requests(server: MediaServer, path: str, count: int) -> None:
     async def poll() -> None:
-        while server.count(path) < count:
+        # The count lives on the server's thread, which has no event to await: poll it.
+        while server.count(path) < count:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
     await asyncio.wait_for(poll(), NEVER_HANGS_SECONDS)

@@ -15,15 +15,14 @@ from typing import Any
 import av
 import numpy as np
 import pytest
+
 from _memory import traced_peak
 from _video_samples import make_black_clip, make_clip, read_frame_index
-
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media._pyav_mp4_index import INDEX_BYTES_PER_SAMPLE
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 from mediaref.media.image import ImageMediaIO
-from mediaref.media.video import VideoMediaIO
-from mediaref.media.video import _frame_limits
+from mediaref.media.video import VideoMediaIO, _frame_limits
 from mediaref.media.video._frame_collector import FrameCollector
 from mediaref.media.video._pyav_container import open_video_stream
 

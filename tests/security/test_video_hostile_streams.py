@@ -13,9 +13,9 @@ from typing import Any
 
 import av
 import pytest
-from _video_samples import make_clip, make_clip_with_timestamps, read_frame_index
 
 import mediaref.media.video._pyav_decode as pyav_decode
+from _video_samples import make_clip, make_clip_with_timestamps, read_frame_index
 from mediaref.media.image import ImageMediaIO
 from mediaref.media.video import VideoMediaIO
 
@@ -30,9 +30,7 @@ def video_io(**kwargs: Any) -> VideoMediaIO:
     [lambda i: 1000 - i, lambda i: 10 + i + (5 if i % 2 else -5)],
     ids=["backwards", "zigzag"],
 )
-def test_timestamps_that_go_backwards_fall_back_to_counting(
-    container: str, pts_of: Any
-) -> None:
+def test_timestamps_that_go_backwards_fall_back_to_counting(container: str, pts_of: Any) -> None:
     data = make_clip_with_timestamps(container, pts_of)
 
     frames, metadata = video_io(num_frames=8).load_bytes(data)

@@ -8,15 +8,15 @@ decodes into one preallocated array rather than a list of arrays and then their 
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
 import pybase64
 import pytest
-from _memory import traced_peak
 from PIL import Image
 
+from _image_samples import encode
+from _memory import traced_peak
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 from mediaref.media.image import ImageMediaIO
@@ -32,9 +32,8 @@ def _default_caps(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def jpeg_base64(size: int, shade: int = 0) -> str:
-    buffer = io.BytesIO()
-    Image.new("RGB", (size, size), (shade, shade, shade)).save(buffer, "JPEG", quality=50)
-    return pybase64.b64encode(buffer.getvalue()).decode("ascii")
+    data = encode(Image.new("RGB", (size, size), (shade, shade, shade)), "JPEG", quality=50)
+    return pybase64.b64encode(data).decode("ascii")
 
 
 def decode(text: str, **kwargs: Any) -> Any:
@@ -138,9 +137,8 @@ def test_frames_of_different_sizes_are_refused_before_decoding() -> None:
 
 
 def test_grayscale_frames_join_an_rgb_stack() -> None:
-    buffer = io.BytesIO()
-    Image.fromarray(np.full((16, 16), 90, np.uint8), "L").save(buffer, "JPEG")
-    text = pybase64.b64encode(buffer.getvalue()).decode()
+    data = encode(Image.fromarray(np.full((16, 16), 90, np.uint8), "L"), "JPEG")
+    text = pybase64.b64encode(data).decode()
 
     frames, _ = decode(f"{text},{text}", num_frames=-1)
 

@@ -32,8 +32,6 @@ from mediaref.cache._processor_only import MultiModalProcessorOnlyCache
 from mediaref.cache.factories import processor_cache_from_config, processor_only_cache_from_config
 
 __all__ = [
-    "processor_cache_from_config",
-    "processor_only_cache_from_config",
     "BaseMultiModalCache",
     "BaseMultiModalProcessorCache",
     "BaseMultiModalReceiverCache",
@@ -47,4 +45,6 @@ __all__ = [
     "MultiModalProcessorOnlyCache",
     "MultiModalProcessorSenderCache",
     "MultiModalReceiverCache",
+    "processor_cache_from_config",
+    "processor_only_cache_from_config",
 ]

@@ -143,12 +143,12 @@ class BaseMultiModalCache(ABC, Generic[_I, _O]):
     ) -> list[_O]:
         store = self._store
         supplied: dict[str, _I] = {}
-        for mm_item, mm_hash in zip(mm_items, mm_hashes):
+        for mm_item, mm_hash in zip(mm_items, mm_hashes, strict=True):  # checked by the caller
             if mm_item is not None:
                 supplied.setdefault(mm_hash, mm_item)
         missing = [
             mm_hash
-            for mm_item, mm_hash in zip(mm_items, mm_hashes)
+            for mm_item, mm_hash in zip(mm_items, mm_hashes, strict=True)
             if mm_item is None and mm_hash not in store and mm_hash not in supplied
         ]
         if missing:
@@ -252,7 +252,7 @@ class BaseMultiModalReceiverCache(BaseMultiModalCache[MultiModalKwargsItem, Mult
             getattr(feature, "mm_hash", None) or feature.identifier for feature in mm_features
         ]
         items = self.get_and_update([feature.data for feature in mm_features], mm_hashes)
-        for feature, item in zip(mm_features, items):
+        for feature, item in zip(mm_features, items, strict=True):  # one output per feature
             feature.data = item
         return mm_features
 

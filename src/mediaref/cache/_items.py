@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mediaref.inputs import estimate_nbytes
-from mediaref.inputs import MultiModalKwargsItem
+from mediaref.inputs import MultiModalKwargsItem, estimate_nbytes
 
 PROMPT_UPDATE_NBYTES = 256
 """A flat estimate per prompt update. Updates are opaque here (a few token ids, a callable); they

@@ -7,7 +7,7 @@ evicts nothing (cachetools itself would raise ``ValueError("value too large")``)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 

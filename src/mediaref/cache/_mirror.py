@@ -15,8 +15,7 @@ from mediaref.cache._items import (
     MultiModalProcessorCacheItemMetadata,
     MultiModalProcessorCacheOutItem,
 )
-from mediaref.inputs import estimate_nbytes
-from mediaref.inputs import MultiModalKwargsItem
+from mediaref.inputs import MultiModalKwargsItem, estimate_nbytes
 
 
 class MultiModalProcessorSenderCache(BaseMultiModalProcessorCache):

@@ -35,4 +35,8 @@ def processor_cache_from_config(
     return processor_only_cache_from_config(model_config)
 
 
-__all__ = ["ProcessorCacheConfig", "processor_cache_from_config", "processor_only_cache_from_config"]
+__all__ = [
+    "ProcessorCacheConfig",
+    "processor_cache_from_config",
+    "processor_only_cache_from_config",
+]

@@ -88,7 +88,10 @@ def _add_media(
         indices = (tracker.add(part.modality, part.url, part.uuid, parameter=part.parameter),)
         modalities = (part.modality,)
     placeholders = (
-        [tracker.placeholder(modality, index) for modality, index in zip(modalities, indices)]
+        [
+            tracker.placeholder(modality, index)
+            for modality, index in zip(modalities, indices, strict=True)
+        ]
         if needs_placeholders
         else []
     )

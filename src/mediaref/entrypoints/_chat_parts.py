@@ -144,9 +144,7 @@ def parse_content_part(part: object, location: str) -> TextPart | MediaPart | No
     if isinstance(part, str):
         return TextPart(part)
     if not isinstance(part, Mapping):
-        raise VLLMValidationError(
-            f"{location} must be a string or an object", parameter=location
-        )
+        raise VLLMValidationError(f"{location} must be a string or an object", parameter=location)
     part_type = part.get("type")
     if part_type is None:
         part_type = _infer_part_type(part, location)

@@ -33,8 +33,16 @@ _PROBE_BEFORE = "<<mediaref-placeholder-probe-before>>"
 _PROBE_AFTER = "<<mediaref-placeholder-probe-after>>"
 # Arguments of apply_chat_template that chat_template_kwargs must not smuggle in.
 _RESERVED_TEMPLATE_ARGS = frozenset(
-    {"conversation", "chat_template", "tokenize", "add_generation_prompt",
-     "continue_final_message", "tools", "return_dict", "tokenizer_kwargs"}
+    {
+        "conversation",
+        "chat_template",
+        "tokenize",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tools",
+        "return_dict",
+        "tokenizer_kwargs",
+    }
 )
 
 
@@ -51,7 +59,7 @@ def _is_content_access(node: jinja2.nodes.Node, content_names: set[str]) -> bool
 
 @functools.lru_cache(maxsize=64)
 def detect_content_format(template: str) -> ChatTemplateContentFormat:
-    """"openai" if the template iterates over a message's content parts, else "string".
+    """``"openai"`` if the template iterates over a message's content parts, else ``"string"``.
 
     Memoized: parsing a template costs about a millisecond, and a server sees the same few
     templates on every request.

@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from mediaref.entrypoints._chat_template import ModelChatTemplate
 from mediaref.exceptions import VLLMValidationError
@@ -26,10 +26,10 @@ from mediaref.media.connector import (
     MediaRequestDownloadBudget,
     load_media_connector,
 )
-from mediaref.processing.context import BaseProcessingInfo, InputProcessingContext, ModelConfig
+from mediaref.processing.context import BaseProcessingInfo, ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY
 
-ModelLike = Union[ModelConfig, BaseProcessingInfo]
+ModelLike = ModelConfig | BaseProcessingInfo
 """A model as the chat parser takes it: its config, or its (already loaded) processing info."""
 
 # The audio item read out of a video (use_audio_in_video) is a second item with its own
@@ -51,13 +51,15 @@ def resolve_processing_info(model: ModelLike) -> BaseProcessingInfo:
     if isinstance(model, BaseProcessingInfo):
         return model
     if not isinstance(model, ModelConfig):
-        raise TypeError(f"expected a ModelConfig or a BaseProcessingInfo, got {type(model).__name__}")
+        raise TypeError(
+            f"expected a ModelConfig or a BaseProcessingInfo, got {type(model).__name__}"
+        )
     memo_key = repr(model)  # the config's dataclass repr carries every field's value
     with _info_memo_lock:
         info = _info_memo.get(memo_key)
         if info is None:
             factories = MULTIMODAL_REGISTRY.get_factories(model)
-            info = factories.info(InputProcessingContext(model))
+            info = factories.info.from_model_config(model)
             _info_memo[memo_key] = info
             while len(_info_memo) > _INFO_MEMO_SIZE:
                 _info_memo.popitem(last=False)
@@ -74,7 +76,9 @@ class _Item:
 
 # What a fetch is for -> the connector's method for it, sync and async. The named fetch_* methods
 # (not load_from_url), so a registered connector's overrides apply.
-_FETCH_METHODS: dict[str, tuple[Callable[[MediaConnector], Any], Callable[[MediaConnector], Any]]] = {
+_FETCH_METHODS: dict[
+    str, tuple[Callable[[MediaConnector], Any], Callable[[MediaConnector], Any]]
+] = {
     "image": (lambda c: c.fetch_image, lambda c: c.fetch_image_async),
     "video": (lambda c: c.fetch_video, lambda c: c.fetch_video_async),
     "audio": (lambda c: c.fetch_audio, lambda c: c.fetch_audio_async),
@@ -208,12 +212,15 @@ class BaseMultiModalItemTracker:
     @staticmethod
     def _require_media(url: str | None, uuid: str | None, parameter: str | None) -> None:
         if url is None and uuid is None:
-            raise VLLMValidationError(
-                "a media item needs a URL or a UUID", parameter=parameter
-            )
+            raise VLLMValidationError("a media item needs a URL or a UUID", parameter=parameter)
 
     def add(
-        self, modality: str, url: str | None, uuid: str | None = None, *, parameter: str | None = None
+        self,
+        modality: str,
+        url: str | None,
+        uuid: str | None = None,
+        *,
+        parameter: str | None = None,
     ) -> int:
         """Track one item (``url`` None: identified by ``uuid`` only); its index in its modality."""
         self._require_media(url, uuid, parameter)
@@ -298,7 +305,7 @@ class AsyncMultiModalItemTracker(BaseMultiModalItemTracker):
         for result in results:
             if isinstance(result, BaseException):
                 raise result  # the first failure in request order
-        for fetch, result in zip(pending, results):
+        for fetch, result in zip(pending, results, strict=True):  # gather: one result per fetch
             fetch.store(result)  # type: ignore[arg-type]  # failures were raised above
         return self._collect()
 

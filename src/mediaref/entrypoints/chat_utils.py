@@ -165,7 +165,7 @@ def resolve_chat_template_content_format(
     *,
     chat_template: str | None = None,
 ) -> ChatTemplateContentFormat:
-    """"openai" or "string": the given format, or for "auto" the one the template expects."""
+    """``"openai"`` or ``"string"``: the given format, or for ``"auto"`` the one the template expects."""
     template = ModelChatTemplate(resolve_processing_info(model_config), chat_template)
     return template.resolve_content_format(content_format)
 

@@ -123,7 +123,7 @@ class SharedDecode(Generic[_T]):
                 return
             if self._running:
                 self._listeners = [ref for ref in self._listeners if ref() is not None]
-                self._listeners.append(weakref.WeakMethod(listener))  # type: ignore[arg-type]
+                self._listeners.append(weakref.WeakMethod(listener))
 
 
 __all__ = ["Listener", "SharedDecode", "is_payload_verdict"]

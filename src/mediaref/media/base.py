@@ -82,7 +82,8 @@ class DecodeSpec:
 
     @property
     def settings(self) -> dict[str, Any]:
-        return json.loads(self._canonical)
+        settings: dict[str, Any] = json.loads(self._canonical)  # always a JSON object
+        return settings
 
     def canonical_bytes(self) -> bytes:
         return self._canonical
@@ -215,11 +216,14 @@ class MediaRef(Generic[_T]):
         shared = self._shared
         if shared is None and not self._decoded:
             raise RuntimeError(f"cannot map {self!r}: it was released before it was decoded")
-        parent_decode = shared.run if shared is not None else (lambda: self._value)
+        # Without a shared decode the ref was released after decoding: ``_value`` holds the value.
+        parent_decode: Callable[[], _T] = (
+            shared.run if shared is not None else (lambda: cast(_T, self._value))
+        )
         data = shared.data if shared is not None else b""
         # The closure holds the parent's shared decode, not the parent ref: releasing either
         # leaves the other usable, and the payload lives while one of them still needs it.
-        return MediaRef(data, lambda: transform(parent_decode()), spec, key=key)  # type: ignore[arg-type]
+        return MediaRef(data, lambda: transform(parent_decode()), spec, key=key)
 
     def fork(self) -> MediaRef[_T]:
         """An independently releasable wrapper borrowing this ref's decode, bytes, spec and key."""
@@ -317,9 +321,7 @@ class MediaIO(ABC, Generic[_T]):
         try:
             return pybase64.b64decode(text, validate=True)
         except ValueError as exc:  # binascii.Error, or non-ASCII text
-            raise MediaClientError(
-                f"invalid base64 payload for {self.modality}: {exc}"
-            ) from exc
+            raise MediaClientError(f"invalid base64 payload for {self.modality}: {exc}") from exc
 
     def load_file_ref(self, filepath: Path | str) -> MediaRef[_T]:
         return self.load_bytes_ref(Path(filepath).read_bytes())
@@ -327,4 +329,10 @@ class MediaIO(ABC, Generic[_T]):
 
 __all__ = [
     "JPEG_FRAMES_MEDIA_TYPE",
-    "is_jpeg_frames","DecodeSpec", "MediaIO", "MediaRef", "derive_identity_key", "derive_media_key"]
+    "DecodeSpec",
+    "MediaIO",
+    "MediaRef",
+    "derive_identity_key",
+    "derive_media_key",
+    "is_jpeg_frames",
+]

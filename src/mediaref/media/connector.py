@@ -317,8 +317,8 @@ class MediaConnector:
 
 __all__ = [
     "MEDIA_CONNECTOR_REGISTRY",
-    "load_media_connector",
     "MediaConnector",
     "MediaRequestDownloadBudget",
     "MediaRequestDownloadSizeExceededError",
+    "load_media_connector",
 ]

@@ -23,9 +23,7 @@ def get_media_executor() -> ThreadPoolExecutor:
             if _executor is None:
                 workers = envs.VLLM_MEDIA_LOADING_THREAD_COUNT
                 if workers < 1:
-                    raise ValueError(
-                        f"VLLM_MEDIA_LOADING_THREAD_COUNT must be >= 1, got {workers}"
-                    )
+                    raise ValueError(f"VLLM_MEDIA_LOADING_THREAD_COUNT must be >= 1, got {workers}")
                 _executor = ThreadPoolExecutor(
                     max_workers=workers, thread_name_prefix="mediaref-media"
                 )

@@ -46,7 +46,11 @@ class Qwen2AudioDummyInputsBuilder(BaseDummyInputsBuilder[Qwen2AudioProcessingIn
 
     def get_dummy_mm_data(self, seq_len: int, mm_counts: Mapping[str, int]) -> dict[str, Any]:
         sampling_rate = int(self.info.get_feature_extractor().sampling_rate)
-        return {"audio": self._get_dummy_audios(length=sampling_rate, num_audios=mm_counts.get("audio", 0))}
+        return {
+            "audio": self._get_dummy_audios(
+                length=sampling_rate, num_audios=mm_counts.get("audio", 0)
+            )
+        }
 
 
 @MULTIMODAL_REGISTRY.register_processor(

@@ -72,7 +72,7 @@ def device_normalize_kwargs(mm_kwargs: Mapping[str, object]) -> dict[str, object
 
 class Qwen2VLProcessingInfo(BaseProcessingInfo):
     # Frames are sampled by our loader (HF's own sampling stays off: do_sample_frames=False).
-    VIDEO_BACKEND_BY_HF_PROCESSOR = {"Qwen2VLVideoProcessor": "pyav"}
+    VIDEO_BACKEND_BY_HF_PROCESSOR: Mapping[str, str] = {"Qwen2VLVideoProcessor": "pyav"}
     supports_mm_device_do_normalize = True
 
     def get_supported_mm_limits(self) -> Mapping[str, int | None]:
@@ -90,13 +90,16 @@ class Qwen2VLProcessingInfo(BaseProcessingInfo):
 class Qwen2VLDummyInputsBuilder(BaseDummyInputsBuilder[Qwen2VLProcessingInfo]):
     def get_dummy_text(self, mm_counts: Mapping[str, int]) -> str:
         processor = self.info.get_hf_processor()
-        return processor.image_token * mm_counts.get("image", 0) + processor.video_token * mm_counts.get(
-            "video", 0
-        )
+        text: str = processor.image_token * mm_counts.get(
+            "image", 0
+        ) + processor.video_token * mm_counts.get("video", 0)
+        return text
 
     def get_dummy_mm_data(self, seq_len: int, mm_counts: Mapping[str, int]) -> dict[str, Any]:
         return {
-            "image": self._get_dummy_images(width=224, height=224, num_images=mm_counts.get("image", 0)),
+            "image": self._get_dummy_images(
+                width=224, height=224, num_images=mm_counts.get("image", 0)
+            ),
             "video": self._get_dummy_videos(
                 width=112, height=112, num_frames=4, num_videos=mm_counts.get("video", 0)
             ),
@@ -126,7 +129,9 @@ class Qwen2VLDataParser(MultiModalDataParser):
         super().__init__(video_needs_metadata=False)
         self._merge_length = merge_size**2
 
-    def _parse_embedding_dict(self, modality: str, data: ModalityData[Any]) -> ModalityDataItems[Any, Any] | None:
+    def _parse_embedding_dict(
+        self, modality: str, data: ModalityData[Any]
+    ) -> ModalityDataItems[Any, Any] | None:
         if isinstance(data, Mapping):
             return DictEmbeddingItems(
                 data,
@@ -188,7 +193,9 @@ class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo])
                 "image", image_grid.prod(-1) // merge_length
             ),
             "image_grid_thw": MultiModalFieldConfig.batched("image"),
-            "pixel_values_videos": MultiModalFieldConfig.flat_from_sizes("video", video_grid.prod(-1)),
+            "pixel_values_videos": MultiModalFieldConfig.flat_from_sizes(
+                "video", video_grid.prod(-1)
+            ),
             "video_embeds": MultiModalFieldConfig.flat_from_sizes(
                 "video", video_grid.prod(-1) // merge_length
             ),

@@ -15,14 +15,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from mediaref.media.base import MediaIO
-from mediaref.media.video import RawBytesVideoMediaIO
+from mediaref.media.video import VIDEO_LOADER_REGISTRY, RawBytesVideoMediaIO
 from mediaref.models.qwen2_vl import (
     Qwen2VLDummyInputsBuilder,
     Qwen2VLMultiModalProcessor,
     Qwen2VLProcessingInfo,
 )
 from mediaref.registry import MULTIMODAL_REGISTRY
-from mediaref.video import VIDEO_LOADER_REGISTRY
 
 if TYPE_CHECKING:
     from transformers import BatchFeature
@@ -41,7 +40,9 @@ class Qwen2VLRawVideoProcessingInfo(Qwen2VLProcessingInfo):
 
 def open_container_frames(container: bytes, num_frames: int) -> Any:
     """The processor's own container read: ``num_frames`` uniformly sampled RGB frames."""
-    frames, _metadata = VIDEO_LOADER_REGISTRY.get("pyav").load_bytes(container, num_frames=num_frames)
+    frames, _metadata = VIDEO_LOADER_REGISTRY.get("pyav").load_bytes(
+        container, num_frames=num_frames
+    )
     return frames
 
 
@@ -61,7 +62,9 @@ class Qwen2VLRawVideoMultiModalProcessor(Qwen2VLMultiModalProcessor):
             kwargs = dict(mm_kwargs)
             num_frames = int(kwargs.pop("num_frames", DEFAULT_NUM_FRAMES))  # type: ignore[call-overload]
             opened = [
-                open_container_frames(bytes(v), num_frames) if isinstance(v, (bytes, bytearray)) else v
+                open_container_frames(bytes(v), num_frames)
+                if isinstance(v, (bytes, bytearray))
+                else v
                 for v in cast("list[Any]", videos)
             ]
             mm_data, mm_kwargs = {**mm_data, "videos": opened}, kwargs

@@ -145,7 +145,9 @@ def fused_mm_input_norm_triton(
     n_col_blocks = math.ceil(segment_len / block_col)
     n_programs = math.ceil(n_segments / block_seg) * n_col_blocks
     if n_programs > _MAX_PROGRAMS or segment_len + block_col >= 2**31:
-        raise ValueError(f"inputs of shape {tuple(inputs.shape)} need more programs than a grid allows")
+        raise ValueError(
+            f"inputs of shape {tuple(inputs.shape)} need more programs than a grid allows"
+        )
 
     device_guard = torch.cuda.device(inputs.device) if inputs.is_cuda else contextlib.nullcontext()
     with device_guard:

@@ -20,7 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-_PROCESSOR_CONFIG_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
+_PROCESSOR_CONFIG_FILES = (
+    "processor_config.json",
+    "preprocessor_config.json",
+    "tokenizer_config.json",
+)
 _IMAGE_PROCESSOR_CONFIG_FILE = "preprocessor_config.json"
 _NORM_KEYS = ("do_normalize", "do_rescale", "image_mean", "image_std")
 _DEFAULT_RESCALE_FACTOR = 1 / 255
@@ -41,7 +45,8 @@ class NormParams(NamedTuple):
         return all(
             math.isclose(self.rescale_factor / std, 1.0, rel_tol=1e-5, abs_tol=1e-8)
             and math.isclose(mean / std, 0.0, abs_tol=1e-8)
-            for mean, std in zip(self.image_mean, self.image_std)
+            # Per-channel pairs: norm_params_from_config refuses lists of different lengths.
+            for mean, std in zip(self.image_mean, self.image_std, strict=True)
         )
 
 
@@ -75,10 +80,16 @@ def norm_params_from_config(config: Mapping[str, Any]) -> NormParams:
     do_rescale = bool(config.get("do_rescale", has_norm_params))
 
     # A parameter whose flag is off is never read: it may be absent or null.
-    rescale_factor: Any = config.get("rescale_factor", _DEFAULT_RESCALE_FACTOR) if do_rescale else 1.0
+    rescale_factor: Any = (
+        config.get("rescale_factor", _DEFAULT_RESCALE_FACTOR) if do_rescale else 1.0
+    )
     image_mean: Any = config.get("image_mean") if do_normalize else [0.0] * _IDENTITY_CHANNELS
     image_std: Any = config.get("image_std") if do_normalize else [1.0] * _IDENTITY_CHANNELS
-    for name, value in (("rescale_factor", rescale_factor), ("image_mean", image_mean), ("image_std", image_std)):
+    for name, value in (
+        ("rescale_factor", rescale_factor),
+        ("image_mean", image_mean),
+        ("image_std", image_std),
+    ):
         if value is None:
             raise ValueError(f"the processor config turns its flag on but gives no {name}")
     if not isinstance(image_mean, Sequence) or not isinstance(image_std, Sequence):

@@ -116,7 +116,7 @@ class FusedMMInputNorm(nn.Module):
         return weight, (-mean / std).to(device=device, dtype=torch.float32)
 
     def _apply(self, fn: Any, recurse: bool = True) -> FusedMMInputNorm:
-        super()._apply(fn, recurse)
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves _apply unannotated
         # A model-wide cast (`model.to(torch.bfloat16)`, `.half()`) must not reach the coefficients:
         # the op computes in fp32, so refold them at full precision wherever the buffers now live.
         if self.weight.dtype != torch.float32 or self.bias.dtype != torch.float32:
@@ -128,9 +128,13 @@ class FusedMMInputNorm(nn.Module):
         """Build from an HF image processor object, folding ``do_rescale``/``do_normalize`` as
         :func:`_load_norm_params` folds them from a config file (mediaref extension)."""
         keys = ("do_rescale", "do_normalize", "rescale_factor", "image_mean", "image_std")
-        config = {key: getattr(image_processor, key) for key in keys if hasattr(image_processor, key)}
+        config = {
+            key: getattr(image_processor, key) for key in keys if hasattr(image_processor, key)
+        }
         params = norm_params_from_config(config)
-        return cls(params.image_mean, params.image_std, params.rescale_factor, len(params.image_mean))
+        return cls(
+            params.image_mean, params.image_std, params.rescale_factor, len(params.image_mean)
+        )
 
     @classmethod
     def enabled(cls) -> bool:
@@ -156,7 +160,9 @@ class FusedMMInputNorm(nn.Module):
         and pick the tensor to write: a new one, or ``out``."""
         check_visual_dtype(visual_dtype)
         if not isinstance(pixel_values, torch.Tensor):
-            raise TypeError(f"pixel_values must be a torch.Tensor, got {type(pixel_values).__name__}")
+            raise TypeError(
+                f"pixel_values must be a torch.Tensor, got {type(pixel_values).__name__}"
+            )
         if channel_dim is None:
             if pixel_values.ndim != 2:
                 raise ValueError(

@@ -57,7 +57,9 @@ def _resample_soxr_hq(audio: np.ndarray, orig_sr: float, target_sr: float, axis:
     return out
 
 
-def _resample_polyphase(audio: np.ndarray, orig_sr: float, target_sr: float, axis: int) -> np.ndarray:
+def _resample_polyphase(
+    audio: np.ndarray, orig_sr: float, target_sr: float, axis: int
+) -> np.ndarray:
     from scipy.signal import resample_poly
 
     ratio = _rational_rate(target_sr) / _rational_rate(orig_sr)
@@ -71,7 +73,9 @@ class AudioResampler:
     Unlike vLLM's ``"scipy"`` method, which only handles integer ratios, any pair of rates works.
     """
 
-    def __init__(self, target_sr: float | None = None, method: AudioResampleMethod = "librosa") -> None:
+    def __init__(
+        self, target_sr: float | None = None, method: AudioResampleMethod = "librosa"
+    ) -> None:
         if method not in _RESAMPLE_METHODS:
             raise ValueError(
                 f"Invalid resampling method: {method!r}; supported methods are {list(_RESAMPLE_METHODS)}"
@@ -98,7 +102,9 @@ class AudioResampler:
             return audio
         axis = axis % audio.ndim
         if audio.dtype not in (np.float32, np.float64):
-            audio = audio.astype(np.float32)  # integer PCM and float16 alike: the filters want floats
+            audio = audio.astype(
+                np.float32
+            )  # integer PCM and float16 alike: the filters want floats
         if self.method == "librosa":
             out = _resample_soxr_hq(audio, orig_sr, self.target_sr, axis)
         else:
@@ -126,7 +132,9 @@ def normalize_audio_channels(
     if num_channels < target_channels:
         raise ValueError(f"Cannot expand {num_channels} audio channels to {target_channels}")
     if target_channels == 1:
-        mono: np.ndarray = audio.mean(axis=0, dtype=audio.dtype if audio.dtype.kind == "f" else np.float32)
+        mono: np.ndarray = audio.mean(
+            axis=0, dtype=audio.dtype if audio.dtype.kind == "f" else np.float32
+        )
         return mono
     return audio[:target_channels]
 
@@ -160,7 +168,9 @@ class AudioNormalizer:
     ) -> np.ndarray:
         """Samples with the target channel count, at the target rate when both rates are known."""
         if self.target_channels is not None:
-            audio = normalize_audio_channels(audio, self.target_channels, channels_first=channels_first)
+            audio = normalize_audio_channels(
+                audio, self.target_channels, channels_first=channels_first
+            )
             channels_first = True  # normalization leaves (channels, time) or 1-D
         if orig_sr is None or self.resampler.target_sr is None:
             return audio

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 import torch
 
-from mediaref.parse._items import ModalityDataItems
 from mediaref.inputs import MultiModalFieldElem, MultiModalKwargsItem, MultiModalKwargsItems
+from mediaref.parse._items import ModalityDataItems
 
 
 def _shape(tensor: torch.Tensor) -> tuple[int, ...]:
@@ -52,10 +52,14 @@ class EmbeddingItems(ModalityDataItems[Any, torch.Tensor]):
             return
         for index, tensor in enumerate(self.data):
             if not isinstance(tensor, torch.Tensor) or tensor.ndim != 2:
-                got = f"{tensor.ndim}D tensor with shape {_shape(tensor)}" if isinstance(
-                    tensor, torch.Tensor
-                ) else type(tensor).__name__
-                raise ValueError(f"{self._label(index)} must be 2D (seq_len, hidden_size), got {got}")
+                got = (
+                    f"{tensor.ndim}D tensor with shape {_shape(tensor)}"
+                    if isinstance(tensor, torch.Tensor)
+                    else type(tensor).__name__
+                )
+                raise ValueError(
+                    f"{self._label(index)} must be 2D (seq_len, hidden_size), got {got}"
+                )
 
     def _validate_hidden_size(self, expected: int) -> None:
         tensors = [self.data] if isinstance(self.data, torch.Tensor) else self.data
@@ -163,7 +167,7 @@ class DictEmbeddingItems(ModalityDataItems[Mapping[str, Any], Mapping[str, Any]]
                     f"{self.modality} field {key!r} has {len(elems)} items, "
                     f"other fields have {len(per_item)}"
                 )
-            for item_elems, elem in zip(per_item, elems):
+            for item_elems, elem in zip(per_item, elems, strict=True):  # lengths checked above
                 item_elems.append(elem)
         return [MultiModalKwargsItem.from_elems(elems) for elems in per_item or []]
 

@@ -17,6 +17,9 @@ import numpy as np
 import torch
 from PIL.Image import Image
 
+from mediaref.exceptions import VLLMValidationError
+from mediaref.inputs import ModalityData, MultiModalDataDict
+from mediaref.media.base import MediaRef
 from mediaref.parse._audio import AudioNormalizer, AudioResampleMethod, AudioResampler
 from mediaref.parse._embeddings import AudioEmbeddingItems, ImageEmbeddingItems, VideoEmbeddingItems
 from mediaref.parse._items import (
@@ -26,9 +29,6 @@ from mediaref.parse._items import (
     MultiModalDataItems,
 )
 from mediaref.parse._video import VIDEO_METADATA_REQUIRED_MESSAGE, VideoProcessorItems
-from mediaref.exceptions import VLLMValidationError
-from mediaref.inputs import ModalityData, MultiModalDataDict
-from mediaref.media.base import MediaRef
 
 ModalityDataParser = Callable[[ModalityData[Any]], "ModalityDataItems[Any, Any] | None"]
 
@@ -43,7 +43,11 @@ def _is_frame_list(data: object) -> bool:
     """A non-empty list of frames — PIL images or 3-D arrays — is one video, not many."""
     if _is_list_of(data, Image):
         return True
-    return isinstance(data, list) and _is_list_of(data, _Array) and all(frame.ndim == 3 for frame in data)
+    return (
+        isinstance(data, list)
+        and _is_list_of(data, _Array)
+        and all(frame.ndim == 3 for frame in data)
+    )
 
 
 # A string or a path as a media item names a location. Handed on, the HF processor would fetch the
@@ -91,7 +95,11 @@ def _prepare_items(
 ) -> list[Any]:
     """Refs get their deferred transforms mapped on, decoded values are prepared now; None stays."""
     return [
-        None if item is None else prepare_ref(item) if isinstance(item, MediaRef) else prepare_value(item)
+        None
+        if item is None
+        else prepare_ref(item)
+        if isinstance(item, MediaRef)
+        else prepare_value(item)
         for item in items
     ]
 
@@ -165,7 +173,9 @@ class MultiModalDataParser:
     def _prepare_audio_ref(self, ref: MediaRef[Any]) -> MediaRef[Any]:
         # The rate is known only after decode, so the transform runs then, in the decode worker;
         # its settings (target rate, method, channels) extend the spec and so the key.
-        return ref.map(self.audio_normalizer.normalize_decoded, **self.audio_normalizer.ref_settings())
+        return ref.map(
+            self.audio_normalizer.normalize_decoded, **self.audio_normalizer.ref_settings()
+        )
 
     def _parse_audio_data(self, data: ModalityData[Any]) -> ModalityDataItems[Any, Any] | None:
         if data is None:
@@ -202,7 +212,9 @@ class MultiModalDataParser:
             return None
         if self.is_embeddings(data):
             return ImageEmbeddingItems(data, self.expected_hidden_size)
-        if isinstance(data, (Image, MediaRef)) or (isinstance(data, _Array) and data.ndim in (2, 3)):
+        if isinstance(data, (Image, MediaRef)) or (
+            isinstance(data, _Array) and data.ndim in (2, 3)
+        ):
             return ImageProcessorItems([data])
         # Image refs need no preparation: the decoder already converts to the target mode.
         return ImageProcessorItems(list(data))

@@ -20,7 +20,11 @@ VIDEO_METADATA_REQUIRED_MESSAGE = (
 
 def split_video(value: Any) -> tuple[Any, dict[str, Any] | None]:
     """``(frames, metadata)`` of a decoded video item; metadata is None when it has none."""
-    if isinstance(value, tuple) and len(value) == 2 and (value[1] is None or isinstance(value[1], Mapping)):
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and (value[1] is None or isinstance(value[1], Mapping))
+    ):
         frames, metadata = value
         return frames, (dict(metadata) if metadata is not None else None)
     return value, None
@@ -52,7 +56,9 @@ class VideoProcessorItems(ProcessorBatchItems[Any]):
             return [None] * count
         if isinstance(metadata, Mapping):
             if count != 1:
-                raise ValueError(f"one metadata dict was given for {count} videos; give one per video")
+                raise ValueError(
+                    f"one metadata dict was given for {count} videos; give one per video"
+                )
             return [metadata]
         given = list(metadata)
         if len(given) != count:

@@ -128,7 +128,7 @@ class MultiModalApplyState:
         for job in self.jobs:
             try:
                 job.future.result()
-            except BaseException:  # noqa: BLE001 - drained, reported elsewhere
+            except BaseException:  # drained, reported elsewhere
                 pass
         self._release_refs()
 

@@ -75,7 +75,9 @@ class HfProcessorStages(Generic[_I]):
             if text is not None:
                 # The dummy text must never be cut: truncation would drop placeholders.
                 tok_kwargs["truncation"] = False
-        return HfMMInputs(text, processor_data, dict(hf_processor_mm_kwargs), tok_kwargs, passthrough_data)
+        return HfMMInputs(
+            text, processor_data, dict(hf_processor_mm_kwargs), tok_kwargs, passthrough_data
+        )
 
     def _call_hf_processor(
         self,
@@ -88,7 +90,8 @@ class HfProcessorStages(Generic[_I]):
         call_kwargs: dict[str, Any] = {**mm_data, **mm_kwargs, **tok_kwargs, "return_tensors": "pt"}
         if prompt is not None:
             call_kwargs["text"] = prompt
-        return hf_processor(**call_kwargs)
+        outputs: BatchFeature = hf_processor(**call_kwargs)
+        return outputs
 
     def _finalize_hf_mm_data(
         self, processed: BatchFeature | None, passthrough_data: Mapping[str, object]

@@ -14,13 +14,13 @@ import operator
 import threading
 import weakref
 from collections.abc import Hashable, Sequence
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 from cachetools import LRUCache
 
 from mediaref.processing._fast_encode import encode_text
 
-PromptSeq = Union[str, Sequence[int]]
+PromptSeq = str | Sequence[int]
 """Text, or a sequence of token ids."""
 
 _CACHE_BUDGET_ELEMENTS = 1 << 20

@@ -12,9 +12,8 @@ cost for short needles is bounded by their (small) length.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Union
 
-Haystack = Union[str, Sequence[int]]
+Haystack = str | Sequence[int]
 
 
 def _failure_table(needle: Sequence[int]) -> list[int]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 from mediaref.processing._prompt_codec import PromptCodec
 from mediaref.processing._prompt_details import PromptIndex
@@ -28,8 +27,8 @@ from mediaref.processing._prompt_update_types import ResolvedPromptUpdate, Updat
 MultiModalPromptUpdates = Mapping[str, Sequence[Sequence[ResolvedPromptUpdate]]]
 """``modality -> per item -> its resolved updates`` (usually one), items in request order."""
 
-Prompt = Union[list[int], str]
-Needle = Union[tuple[int, ...], str]
+Prompt = list[int] | str
+Needle = tuple[int, ...] | str
 
 
 @dataclass(frozen=True)

@@ -14,22 +14,22 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 from mediaref.processing._prompt_codec import PromptCodec, PromptSeq, TokenizerLike, as_token_ids
 from mediaref.processing._prompt_details import PromptIndex, PromptUpdateDetails
 from mediaref.processing._prompt_matching import iter_disjoint_occurrences
 
-UpdateTarget = Union[PromptSeq, PromptIndex]
+UpdateTarget = PromptSeq | PromptIndex
 """Text or token ids to find in the prompt, or a position in it."""
 
-PromptUpdateTarget = Union[Callable[[int], UpdateTarget], UpdateTarget]
+PromptUpdateTarget = Callable[[int], UpdateTarget] | UpdateTarget
 """A target, or ``item_idx -> target`` when it differs between items."""
 
-PromptUpdateInfo = Union[PromptSeq, PromptUpdateDetails[Any]]
+PromptUpdateInfo = PromptSeq | PromptUpdateDetails[Any]
 """Content: text or token ids (all of them embed), or details saying which of them embed."""
 
-PromptUpdateContent = Union[Callable[[int], PromptUpdateInfo], PromptUpdateInfo]
+PromptUpdateContent = Callable[[int], PromptUpdateInfo] | PromptUpdateInfo
 """Content, or ``item_idx -> content`` when it differs between items."""
 
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from mediaref.media.base import MediaIO
 
@@ -85,14 +85,11 @@ class ModelConfig:
 
 
 def _family_supports_device_normalize(model_config: ModelConfig) -> bool:
-    # Imported here: the registry sits above this module (it builds processing infos).
+    # The registry sits below this module (processing infos register with it; it builds them
+    # through BaseProcessingInfo.from_model_config, never importing processing itself).
     from mediaref.registry import MULTIMODAL_REGISTRY
 
-    try:
-        info_cls = MULTIMODAL_REGISTRY.get_factories(model_config).info
-    except Exception:  # noqa: BLE001 - an unreadable or unregistered family supports nothing
-        return False
-    return bool(info_cls.supports_mm_device_do_normalize)
+    return MULTIMODAL_REGISTRY.supports_mm_device_do_normalize(model_config)
 
 
 _HF_LOAD_LOCK = threading.RLock()
@@ -147,7 +144,8 @@ class InputProcessingContext:
         def load() -> Any:
             from transformers import AutoProcessor
 
-            return AutoProcessor.from_pretrained(
+            # transformers leaves AutoProcessor.from_pretrained unannotated.
+            return AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
                 self.model_path, **self._from_pretrained_kwargs(), **merged
             )
 
@@ -158,6 +156,9 @@ class InputProcessingContext:
 
     def get_tokenizer(self) -> Any:
         return self.get_hf_processor().tokenizer
+
+
+_InfoT = TypeVar("_InfoT", bound="BaseProcessingInfo")
 
 
 class BaseProcessingInfo:
@@ -173,10 +174,17 @@ class BaseProcessingInfo:
     def __init__(self, ctx: InputProcessingContext) -> None:
         self.ctx = ctx
 
+    @classmethod
+    def from_model_config(cls: type[_InfoT], model_config: ModelConfig) -> _InfoT:
+        """The processing info of ``model_config``, over a new context that loads its files."""
+        return cls(InputProcessingContext(model_config))
+
     @functools.cached_property
     def mm_device_do_normalize(self) -> bool:
         """Whether this processor emits raw ``uint8`` pixels for the device to normalize."""
-        return self.ctx.model_config.resolve_mm_device_do_normalize(self.supports_mm_device_do_normalize)
+        return self.ctx.model_config.resolve_mm_device_do_normalize(
+            self.supports_mm_device_do_normalize
+        )
 
     @property
     def model_id(self) -> str:

@@ -8,6 +8,7 @@ items' rows concatenated (``flat``, e.g. Qwen2-VL's patches), or one value for e
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,9 @@ class MultiModalFieldConfig:
         return MultiModalFieldConfig(modality, "flat", slices=tuple(slices))
 
     @staticmethod
-    def flat_from_sizes(modality: str, size_per_item: torch.Tensor | Sequence[int]) -> MultiModalFieldConfig:
+    def flat_from_sizes(
+        modality: str, size_per_item: torch.Tensor | Sequence[int]
+    ) -> MultiModalFieldConfig:
         """Item ``i`` holds ``size_per_item[i]`` consecutive rows."""
         sizes = [int(s) for s in size_per_item]
         if any(s < 0 for s in sizes):
@@ -51,7 +54,7 @@ class MultiModalFieldConfig:
         for size in sizes:
             bounds.append(bounds[-1] + size)
         return MultiModalFieldConfig.flat(
-            modality, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+            modality, [slice(a, b) for a, b in itertools.pairwise(bounds)]
         )
 
     @staticmethod
@@ -92,7 +95,7 @@ def build_kwargs_items(
             raise ValueError(
                 f"field {key!r} has {len(elems)} {config.modality} items, other fields have {len(per_item)}"
             )
-        for item_elems, elem in zip(per_item, elems):
+        for item_elems, elem in zip(per_item, elems, strict=True):  # lengths checked above
             item_elems.append(elem)
     return MultiModalKwargsItems(
         {

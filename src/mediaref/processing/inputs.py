@@ -115,7 +115,9 @@ class ProcessorInputs:
             count = items.get_count()
             uuids = mm_uuids_for(modality, self.mm_uuids, count)
             hashes[modality] = [
-                self.get_mm_item_hash(modality, items.get_raw(i), uuids[i], model_id, hash_algorithm)
+                self.get_mm_item_hash(
+                    modality, items.get_raw(i), uuids[i], model_id, hash_algorithm
+                )
                 for i in range(count)
             ]
         return hashes

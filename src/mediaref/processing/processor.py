@@ -32,14 +32,14 @@ from mediaref.inputs import (
 )
 from mediaref.parse import MultiModalDataItems, MultiModalDataParser
 from mediaref.processing._apply_state import ApplyTimings, MultiModalApplyState
+from mediaref.processing._fast_encode import encode_text
+from mediaref.processing._hf_stages import HfMMInputs, HfProcessorStages
 from mediaref.processing._input_checks import (
     fork_media_refs,
     release_media_refs,
     validate_mm_counts,
     validate_mm_uuids,
 )
-from mediaref.processing._fast_encode import encode_text
-from mediaref.processing._hf_stages import HfMMInputs, HfProcessorStages
 from mediaref.processing.context import BaseProcessingInfo
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 from mediaref.processing.fields import MultiModalFieldConfig, build_kwargs_items
@@ -178,7 +178,9 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
                 state.mm_hashes = inputs.get_mm_hashes(self.info.model_id)
                 misses = self._find_misses(state.mm_hashes)
             else:
-                misses = {m: list(range(c)) for m, c in inputs.mm_data_items.get_all_counts().items()}
+                misses = {
+                    m: list(range(c)) for m, c in inputs.mm_data_items.get_all_counts().items()
+                }
                 # Without the cache nothing can stand in for an item sent as a UUID only.
                 self._check_uuid_only_misses(inputs, misses)
             for modality, indices in misses.items():
@@ -278,11 +280,17 @@ class BaseMultiModalProcessor(HfProcessorStages[_I]):
 
         # A sender-cache hit gives None: the engine core holds that item and fills it in.
         mm_kwargs = MultiModalKwargsItems({m: [] for m in mm_hashes})
-        updates_by_modality: dict[str, list[tuple[ResolvedPromptUpdate, ...]]] = {m: [] for m in mm_hashes}
-        for (modality, index), (item, updates) in zip(order, merged):
+        updates_by_modality: dict[str, list[tuple[ResolvedPromptUpdate, ...]]] = {
+            m: [] for m in mm_hashes
+        }
+        # get_and_update returns one output per entry, and entries follow ``order``.
+        for (modality, index), (item, updates) in zip(order, merged, strict=True):
             mm_kwargs[modality].append(item)  # type: ignore[arg-type]  # None: sender-cache hit
             updates_by_modality[modality].append(
-                tuple(u if u.item_idx == index else dataclasses.replace(u, item_idx=index) for u in updates)
+                tuple(
+                    u if u.item_idx == index else dataclasses.replace(u, item_idx=index)
+                    for u in updates
+                )
             )
         mm_updates: MultiModalPromptUpdates = updates_by_modality
         state.timings.num_misses = len(miss_pos)

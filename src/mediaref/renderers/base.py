@@ -60,7 +60,7 @@ async def _close_after_drain(state: MultiModalApplyState) -> None:
     """
     try:
         await state.wait_decodes_async()
-    except Exception:  # noqa: BLE001 - the request is cancelled; its decode failure has no reader
+    except Exception:  # the request is cancelled; its decode failure has no reader
         pass
     finally:
         state.close()
@@ -102,7 +102,9 @@ class BaseRenderer:
     def start_mm_warmup(self) -> concurrent.futures.Future[None]:
         """Exercise the processor once on dummy inputs, in the background, on the mm worker."""
         if self._mm_warmup_future is None:
-            self._mm_warmup_future = self._mm_executor.submit(_bounded_torch_threads, self._run_mm_warmup)
+            self._mm_warmup_future = self._mm_executor.submit(
+                _bounded_torch_threads, self._run_mm_warmup
+            )
         return self._mm_warmup_future
 
     def _run_mm_warmup(self) -> None:
@@ -112,7 +114,7 @@ class BaseRenderer:
             mm_data = processor.dummy_inputs.get_dummy_mm_data(seq_len=0, mm_counts=counts)
             prompt = processor.dummy_inputs.get_dummy_text(counts)
             processor.apply(processor.build_inputs(prompt, mm_data))
-        except Exception:  # noqa: BLE001 - a failed warmup must not take the server down
+        except Exception:  # a failed warmup must not take the server down
             logger.warning("multimodal warmup failed", exc_info=True)
 
     def shutdown(self) -> None:
@@ -135,7 +137,9 @@ class BaseRenderer:
         )
         return processor, inputs, f"mm-{uuid.uuid4().hex[:12]}"
 
-    def _phase1(self, request: MultiModalRequest) -> tuple[BaseMultiModalProcessor[Any], MultiModalApplyState]:
+    def _phase1(
+        self, request: MultiModalRequest
+    ) -> tuple[BaseMultiModalProcessor[Any], MultiModalApplyState]:
         processor, inputs, request_id = self._prepare_multimodal_inputs(request)
         logger.debug("%s: phase 1 for %s", request_id, dict(inputs.mm_data_items.get_all_counts()))
         return processor, processor.apply_phase1(inputs)
@@ -176,8 +180,12 @@ class BaseRenderer:
             await state.wait_decodes_async()
             return await await_drained(self._run_on_mm_worker(processor.apply_phase2, state))
 
-    async def _process_multimodal_blocking_async(self, request: MultiModalRequest) -> MultiModalInputs:
-        return await await_drained(self._run_on_mm_worker(self._process_multimodal_blocking, request))
+    async def _process_multimodal_blocking_async(
+        self, request: MultiModalRequest
+    ) -> MultiModalInputs:
+        return await await_drained(
+            self._run_on_mm_worker(self._process_multimodal_blocking, request)
+        )
 
 
 __all__ = ["BaseRenderer", "MultiModalRequest"]

@@ -36,7 +36,7 @@ class MediaRequestDownloadBudget:
     is made (one request, one limit); ``None`` or a setting of 0 means no limit.
     """
 
-    def __init__(self, limit_bytes: int | None | object = _UNSET) -> None:
+    def __init__(self, limit_bytes: int | object | None = _UNSET) -> None:
         if limit_bytes is _UNSET:
             limit_bytes = envs.size_cap_bytes("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB")
         if limit_bytes is not None and not isinstance(limit_bytes, int):

@@ -28,6 +28,7 @@ import struct
 import tempfile
 import time
 from collections.abc import Callable
+
 import blake3
 
 from mediaref.media._transport.errors import TooLargeError
@@ -113,9 +114,7 @@ class DiskCache:
             if magic != _MAGIC or length != file_size - _HEADER.size:
                 return None
             if max_bytes is not None and length > max_bytes:
-                raise TooLargeError(
-                    f"payload of {length} bytes exceeds the {max_bytes}-byte limit"
-                )
+                raise TooLargeError(f"payload of {length} bytes exceeds the {max_bytes}-byte limit")
             payload = file.read(length + 1)
         if len(payload) != length or _digest(payload) != digest:
             return None

@@ -110,7 +110,7 @@ def _text(exc: object) -> str:
     """``str(exc)``, cut short; never raises (a half-built exception's __str__ may)."""
     try:
         text = str(exc)
-    except Exception:  # noqa: BLE001  (the mapper must never replace the error it maps)
+    except Exception:  # the mapper must never replace the error it maps
         text = ""
     text = text or type(exc).__name__
     return text if len(text) <= _MAX_REASON_CHARS else text[:_MAX_REASON_CHARS] + "..."
@@ -236,7 +236,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, aiohttp.ClientConnectionError)
 
 
-class transport_errors:  # noqa: N801  (used like a function: ``with transport_errors(url):``)
+class transport_errors:  # lower-case: used like a function, ``with transport_errors(url):``
     """Map any transport exception raised inside the block; leave others untouched.
 
     A class rather than ``@contextmanager``: it wraps every fetch, and a generator-based context

@@ -83,9 +83,7 @@ class DownloadRequest:
     def cache_key(self) -> str:
         # yarl's normal form: equivalent spellings of the URL share an entry.
         redirects = int(self.allow_redirects)
-        return (
-            f"{_CACHE_KEY_VERSION};{self.policy.fingerprint()};redirects={redirects};{self.url}"
-        )
+        return f"{_CACHE_KEY_VERSION};{self.policy.fingerprint()};redirects={redirects};{self.url}"
 
     def charge(self, size: int) -> None:
         """Charge the request's budget, naming this URL if it runs out."""

@@ -38,7 +38,8 @@ import numpy.typing as npt
 
 from mediaref import envs
 from mediaref.exceptions import MediaTooLargeError
-from mediaref.media.audio import _pyav as _audio_pyav, _soundfile as _audio_soundfile
+from mediaref.media.audio import _pyav as _audio_pyav
+from mediaref.media.audio import _soundfile as _audio_soundfile
 from mediaref.media.audio._caps import AudioLimits, decode_bytes_cap
 from mediaref.media.audio._pcm import DecodeCharge
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef

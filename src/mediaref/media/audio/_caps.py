@@ -98,8 +98,7 @@ def duration_exceeded(
     """
     source = "stopped decoding at" if decoded else "its header declares"
     return MediaTooLargeError(
-        f"audio exceeds the {max_duration_s:g}-second duration limit "
-        f"({source} {seconds:.3f} s)"
+        f"audio exceeds the {max_duration_s:g}-second duration limit ({source} {seconds:.3f} s)"
     )
 
 

@@ -15,9 +15,9 @@ import av
 import numpy as np
 import numpy.typing as npt
 
+from mediaref.media._pyav_open import open_input
 from mediaref.media.audio._caps import AudioLimits, check_stream_shape
 from mediaref.media.audio._pcm import DecodeCharge, PcmBuffer
-from mediaref.media._pyav_open import open_input
 
 # FFmpegError covers libav's failures; ValueError our own "no audio" findings (and metadata that
 # will not decode); OSError/EOFError the file-like adapter.

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-import soundfile as sf  # type: ignore[import-untyped]
+import soundfile as sf
 
 from mediaref.media.audio._caps import PCM_SAMPLE_BYTES, AudioLimits, check_stream_shape
 from mediaref.media.audio._pcm import DecodeCharge, PcmBuffer

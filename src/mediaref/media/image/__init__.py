@@ -44,6 +44,8 @@ from PIL import Image, ImageMode
 
 from mediaref import envs
 from mediaref.exceptions import MediaRefError
+from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key
+from mediaref.media.decode_budget import MediaDecodedBudget, charge_decoded_bytes
 from mediaref.media.image._containers import (
     WEBP_HEADER_BYTES,
     jpeg_header,
@@ -68,8 +70,6 @@ from mediaref.media.image._pixels import (
     decode_first_frame,
     decoded_image_bytes,
 )
-from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key
-from mediaref.media.decode_budget import MediaDecodedBudget, charge_decoded_bytes
 
 _EXIF_IMAGE_ID_KIND = "exif-image-id"
 
@@ -97,7 +97,9 @@ class ImageMediaIO(MediaIO[Image.Image]):
         self.image_mode = _validated_image_mode(image_mode)
         self.rgba_background_color = _validated_background_color(rgba_background_color)
         if trust_exif_image_id is not None and not isinstance(trust_exif_image_id, bool):
-            raise ValueError(f"trust_exif_image_id must be a bool or None, got {trust_exif_image_id!r}")
+            raise ValueError(
+                f"trust_exif_image_id must be a bool or None, got {trust_exif_image_id!r}"
+            )
         self.trust_exif_image_id = trust_exif_image_id
         self.decoded_budget = decoded_budget
         self._spec = DecodeSpec(
@@ -169,7 +171,9 @@ class ImageMediaIO(MediaIO[Image.Image]):
                 header.close()
         # The decode reopens the bytes: a failed attempt that is not memoized (MemoryError, a
         # budget refusal) leaves nothing half-consumed behind, and the next attempt starts clean.
-        return MediaRef(data, lambda: self.load_bytes(data), self._spec, key=self._key_for(image_id))
+        return MediaRef(
+            data, lambda: self.load_bytes(data), self._spec, key=self._key_for(image_id)
+        )
 
     def _key_for(self, image_id: bytes | None) -> bytes | None:
         """The EXIF ImageID key, or None to let the ref key off its bytes."""

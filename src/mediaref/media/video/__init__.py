@@ -33,13 +33,25 @@ import numpy as np
 from PIL import Image
 
 from mediaref import envs
+from mediaref.media.base import (
+    JPEG_FRAMES_MEDIA_TYPE,
+    DecodeSpec,
+    MediaIO,
+    MediaRef,
+    is_jpeg_frames,
+)
+from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
+from mediaref.media.video._jpeg_frames import (
+    DEFAULT_JPEG_FRAMES_FPS,
+    JPEG_FRAMES_BACKEND,
+    load_jpeg_frames,
+)
+from mediaref.media.video._pyav import PyAVVideoBackend  # importing it registers "pyav"
 from mediaref.media.video._raw_bytes import (
     RawBytesVideoMediaIO,
     video_max_bytes,
 )
-from mediaref.media.base import JPEG_FRAMES_MEDIA_TYPE, DecodeSpec, MediaIO, MediaRef, is_jpeg_frames
-from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
-from mediaref.media.video._pyav import PyAVVideoBackend  # importing it registers "pyav"
+from mediaref.media.video._sampling import sample_frame_indices, validate_fps, validate_num_frames
 from mediaref.media.video.loader_registry import (
     VIDEO_LOADER_REGISTRY,
     VideoFrames,
@@ -47,12 +59,6 @@ from mediaref.media.video.loader_registry import (
     VideoLoaderRegistry,
     VideoMetadata,
 )
-from mediaref.media.video._jpeg_frames import (
-    DEFAULT_JPEG_FRAMES_FPS,
-    JPEG_FRAMES_BACKEND,
-    load_jpeg_frames,
-)
-from mediaref.media.video._sampling import sample_frame_indices, validate_fps, validate_num_frames
 
 if TYPE_CHECKING:
     from mediaref.media.image import ImageMediaIO

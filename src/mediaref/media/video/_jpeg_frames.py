@@ -18,12 +18,12 @@ import numpy as np
 import pybase64
 from PIL import Image
 
-from mediaref.exceptions import MediaRefError, MediaTooLargeError
-from mediaref.media.image import read_image_size
+from mediaref.exceptions import MediaTooLargeError
 from mediaref.media.decode_budget import decode_budget_scope
+from mediaref.media.image import read_image_size
 from mediaref.media.video._frame_limits import charge_rgb_frames
-from mediaref.media.video.loader_registry import VideoFrames, VideoMetadata
 from mediaref.media.video._sampling import ALL_FRAMES
+from mediaref.media.video.loader_registry import VideoFrames, VideoMetadata
 
 if TYPE_CHECKING:
     from mediaref.media.base import DecodeSpec

@@ -23,13 +23,13 @@ from mediaref.media.video._pyav_decode import (
     decode_by_timestamp,
     decode_sequentially,
 )
-from mediaref.media.video.loader_registry import VIDEO_LOADER_REGISTRY, VideoFrames, VideoMetadata
 from mediaref.media.video._sampling import (
     ALL_FRAMES,
     sample_frame_indices,
     validate_fps,
     validate_num_frames,
 )
+from mediaref.media.video.loader_registry import VIDEO_LOADER_REGISTRY, VideoFrames, VideoMetadata
 
 
 @VIDEO_LOADER_REGISTRY.register("pyav")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -112,7 +113,7 @@ def index_frames(container: InputContainer, stream: VideoStream) -> FrameIndex:
     frame_pts.sort()
     # A repeated timestamp (MPEG-TS streams joined end to end restart their clock) no longer
     # names one frame: such streams are decoded by counting, without seeking.
-    if not all_timestamped or any(a == b for a, b in zip(frame_pts, frame_pts[1:])):
+    if not all_timestamped or any(a == b for a, b in itertools.pairwise(frame_pts)):
         return FrameIndex(count, None, [])
     keyframe_pts.sort()
     return FrameIndex(count, frame_pts, keyframe_pts)

@@ -5,8 +5,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 from mediaref import envs
-from mediaref.media.base import JPEG_FRAMES_MEDIA_TYPE, DecodeSpec, MediaIO, MediaRef, is_jpeg_frames
-
+from mediaref.media.base import (
+    JPEG_FRAMES_MEDIA_TYPE,
+    DecodeSpec,
+    MediaIO,
+    MediaRef,
+    is_jpeg_frames,
+)
 
 
 def video_max_bytes() -> int | None:

@@ -64,4 +64,5 @@ def sample_frame_indices(
     count = count_frames_to_sample(total_num_frames, num_frames, fps, video_fps)
     if count == total_num_frames:
         return list(range(total_num_frames))
-    return np.linspace(0, total_num_frames - 1, count, dtype=int).tolist()
+    indices: list[int] = np.linspace(0, total_num_frames - 1, count, dtype=int).tolist()
+    return indices
