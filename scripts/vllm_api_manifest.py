@@ -112,12 +112,26 @@ def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, *, method: bool) -> 
     return {"kind": kind, "async": isinstance(node, ast.AsyncFunctionDef), "parameters": params}
 
 
+def _dataclass_kw_only(node: ast.ClassDef) -> bool:
+    """``@dataclass(kw_only=True)``: every field of this class is keyword-only."""
+    for decorator in node.decorator_list:
+        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("dataclass"):
+            for keyword in decorator.keywords:
+                if keyword.arg == "kw_only" and isinstance(keyword.value, ast.Constant):
+                    return bool(keyword.value.value)
+    return False
+
+
 def _dataclass_init(node: ast.ClassDef) -> list[dict[str, Any]]:
     params = []
+    kind = "KEYWORD_ONLY" if _dataclass_kw_only(node) else "POSITIONAL_OR_KEYWORD"
     for item in node.body:
         if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
             annotation = ast.unparse(item.annotation)
             if annotation.startswith(("ClassVar", "typing.ClassVar")):
+                continue
+            if annotation.endswith("KW_ONLY"):  # the sentinel: the fields after it are keyword-only
+                kind = "KEYWORD_ONLY"
                 continue
             has_default = item.value is not None
             if (
@@ -131,9 +145,7 @@ def _dataclass_init(node: ast.ClassDef) -> list[dict[str, Any]]:
                 for k in item.value.keywords
             ):
                 continue
-            params.append(
-                {"name": item.target.id, "kind": "POSITIONAL_OR_KEYWORD", "default": has_default}
-            )
+            params.append({"name": item.target.id, "kind": kind, "default": has_default})
     return params
 
 
@@ -155,14 +167,46 @@ def _class(node: ast.ClassDef) -> dict[str, Any]:
                 if isinstance(target, ast.Name) and _is_public(target.id):
                     members.setdefault(target.id, {"kind": "attribute"})
     bases = [ast.unparse(base) for base in node.bases]
-    if "dataclass" in _decorator_names(node) and "__init__" not in members:
-        members["__init__"] = {
-            "kind": "method",
-            "async": False,
-            "parameters": _dataclass_init(node),
-            "generated": True,
-        }
-    return {"kind": "class", "bases": bases, "members": members}
+    described: dict[str, Any] = {"kind": "class", "bases": bases, "members": members}
+    if "dataclass" in _decorator_names(node):
+        described["dataclass_fields"] = _dataclass_init(node)
+        if "__init__" not in members:
+            members["__init__"] = {
+                "kind": "method",
+                "async": False,
+                "parameters": described["dataclass_fields"],
+                "generated": True,
+            }
+    return described
+
+
+def _inherit_dataclass_fields(defined: dict[str, dict[str, Any]]) -> None:
+    """A generated ``__init__`` takes the base dataclasses' fields first, as ``dataclasses`` does
+    (bases defined in the same module; a field a subclass redefines keeps its first place)."""
+
+    def fields_of(name: str, seen: frozenset[str]) -> list[dict[str, Any]]:
+        entry = defined.get(name)
+        if entry is None or entry.get("kind") != "class" or "dataclass_fields" not in entry:
+            return []
+        ordered: dict[str, dict[str, Any]] = {}
+        for base in reversed(entry["bases"]):
+            if base not in seen:
+                for field in fields_of(base, seen | {name}):
+                    ordered[field["name"]] = field
+        for field in entry["dataclass_fields"]:
+            ordered[field["name"]] = field
+        # As dataclasses orders them: positional fields first, keyword-only ones after.
+        fields = list(ordered.values())
+        return [f for f in fields if f["kind"] != "KEYWORD_ONLY"] + [
+            f for f in fields if f["kind"] == "KEYWORD_ONLY"
+        ]
+
+    for name, entry in defined.items():
+        init = entry.get("members", {}).get("__init__", {}) if entry.get("kind") == "class" else {}
+        if init.get("generated"):
+            init["parameters"] = fields_of(name, frozenset())
+    for entry in defined.values():
+        entry.pop("dataclass_fields", None)
 
 
 def _literal_all(tree: ast.Module, sibling_all: Any) -> list[str] | None:
@@ -221,6 +265,7 @@ def _definitions(tree: ast.Module) -> dict[str, dict[str, Any]]:
 def _module(source: str, *, is_package: bool, sibling_all: Any) -> dict[str, Any]:
     tree = ast.parse(source)
     defined = _definitions(tree)
+    _inherit_dataclass_fields(defined)
     exported = _literal_all(tree, sibling_all)
     if exported is None:
         exported = [

@@ -168,27 +168,25 @@ def make_inspecting_processor_class() -> type[Any]:
         hf_gate_timed_out = False
         hf_error: BaseException | None = None
 
-        def apply_phase1(self, inputs: ProcessorInputs) -> MultiModalApplyState:
+        def apply_phase1(
+            self, inputs: ProcessorInputs, timing_ctx: Any = None
+        ) -> MultiModalApplyState:
             cls = type(self)
             cls.phase1_started.set()
             if cls.phase1_gate is not None and not cls.phase1_gate.wait(WAIT_S):
                 raise TimeoutError("the test never opened the phase-1 gate")
-            state = super().apply_phase1(inputs)
+            state = super().apply_phase1(inputs, timing_ctx)
             cls.states.append(state)
             return state
 
         def _call_hf_processor(
-            self,
-            prompt: str | None,
-            mm_data: Mapping[str, object],
-            mm_kwargs: Mapping[str, object],
-            tok_kwargs: Mapping[str, object],
+            self, hf_data: Mapping[str, object], hf_kwargs: Mapping[str, object]
         ) -> Any:
             cls = type(self)
             owned = cls.states[-1].owned_refs if cls.states else []
             cls.hf_calls.append(
                 HfCall(
-                    num_images=len(mm_data.get("images", ())),  # type: ignore[arg-type]
+                    num_images=len(hf_data.get("images", ())),  # type: ignore[arg-type]
                     thread_name=threading.current_thread().name,
                     owned_payloads=[ref.data for ref in owned],
                     released=[ref.is_released for ref in owned],
@@ -201,7 +199,7 @@ def make_inspecting_processor_class() -> type[Any]:
                 raise TimeoutError("the test never opened the HF gate")
             if cls.hf_error is not None:
                 raise cls.hf_error
-            return super()._call_hf_processor(prompt, mm_data, mm_kwargs, tok_kwargs)
+            return super()._call_hf_processor(hf_data, hf_kwargs)
 
     return InspectingProcessor
 

@@ -27,9 +27,19 @@ SRC = ROOT / "src"
 # through their own classmethod, so it never imports processing.)
 LAYERS: list[tuple[str, ...]] = [
     ("mediaref.envs", "mediaref.exceptions"),
-    ("mediaref.ops",),  # torch and triton only
+    ("mediaref.ops", "mediaref.video_prune"),  # torch and triton only
+    (
+        "mediaref.image",
+        "mediaref.audio",
+    ),  # vLLM's image/audio helper modules; the decoders use them
     ("mediaref.media",),
-    ("mediaref.inputs", "mediaref.hasher", "mediaref.video", "mediaref.utils"),
+    (
+        "mediaref.inputs",
+        "mediaref.hasher",
+        "mediaref.video",
+        "mediaref.video_decoders",
+        "mediaref.utils",
+    ),
     ("mediaref.parse",),
     ("mediaref.cache",),
     ("mediaref.registry",),
@@ -48,14 +58,26 @@ PUBLIC_MODULES = [
     "mediaref",
     "mediaref.envs",
     "mediaref.exceptions",
+    "mediaref.image",
+    "mediaref.audio",
     "mediaref.inputs",
     "mediaref.hasher",
     "mediaref.parse",
     "mediaref.registry",
     "mediaref.utils",
     "mediaref.video",
+    "mediaref.video_decoders",
+    "mediaref.video_decoders.base",
+    "mediaref.video_decoders.opencv",
+    "mediaref.video_decoders.torchcodec",
+    "mediaref.video_prune.evs",
+    "mediaref.video_prune.vidcom2",
     "mediaref.cache",
     "mediaref.cache.factories",
+    "mediaref.cache.base",
+    "mediaref.cache.lru",
+    "mediaref.cache.shm",
+    "mediaref.encoder_budget",
     "mediaref.media",
     "mediaref.media.base",
     "mediaref.media.connector",

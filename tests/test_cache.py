@@ -19,9 +19,15 @@ from mediaref.cache import (
     MultiModalReceiverCache,
 )
 from mediaref.cache._items import PROMPT_UPDATE_NBYTES
-from mediaref.cache._lru import ByteBudgetLRU, estimate_nbytes
+from mediaref.cache._lru import ByteBudgetLRU
 from mediaref.exceptions import MediaRefError, VLLMValidationError
-from mediaref.inputs import MultiModalFieldElem, MultiModalKwargsItem
+from mediaref.inputs import (
+    MultiModalBatchedField,
+    MultiModalFieldElem,
+    MultiModalFlatField,
+    MultiModalKwargsItem,
+    estimate_nbytes,
+)
 
 GiB = 1 << 30
 
@@ -31,22 +37,23 @@ def budget(nbytes: int) -> float:
     return nbytes / GiB
 
 
-def item_of(nbytes: int, modality: str = "image") -> MultiModalKwargsItem:
-    data = torch.zeros(nbytes, dtype=torch.uint8)
-    return MultiModalKwargsItem.from_elems(
-        [MultiModalFieldElem(modality, "pixel_values", data, "flat")]
-    )
+def flat(data: torch.Tensor) -> MultiModalFieldElem:
+    return MultiModalFieldElem(data, MultiModalFlatField([slice(0, len(data))]))
+
+
+def item_of(nbytes: int) -> MultiModalKwargsItem:
+    return MultiModalKwargsItem({"pixel_values": flat(torch.zeros(nbytes, dtype=torch.uint8))})
 
 
 def qwen_like_image_item() -> MultiModalKwargsItem:
-    return MultiModalKwargsItem.from_elems(
-        [
-            MultiModalFieldElem("image", "pixel_values", torch.randn(16, 1176), "flat"),
-            MultiModalFieldElem("image", "image_grid_thw", torch.tensor([1, 4, 4]), "batched"),
-            MultiModalFieldElem(
-                "image", "image_embeds", torch.zeros(3, 8, dtype=torch.bfloat16), "flat"
+    return MultiModalKwargsItem(
+        {
+            "pixel_values": flat(torch.randn(16, 1176)),
+            "image_grid_thw": MultiModalFieldElem(
+                torch.tensor([1, 4, 4]), MultiModalBatchedField()
             ),
-        ]
+            "image_embeds": flat(torch.zeros(3, 8, dtype=torch.bfloat16)),
+        }
     )
 
 

@@ -21,7 +21,7 @@ from mediaref.cache import (
     MultiModalProcessorSenderCache,
     MultiModalReceiverCache,
 )
-from mediaref.inputs import MultiModalFieldElem, MultiModalKwargsItem
+from mediaref.inputs import MultiModalFieldElem, MultiModalFlatField, MultiModalKwargsItem
 
 GiB = 1 << 30
 BUDGET_BYTES = 256
@@ -29,9 +29,8 @@ BUDGET_BYTES = 256
 
 def item_of(nbytes: int) -> MultiModalKwargsItem:
     data = torch.zeros(nbytes, dtype=torch.uint8)
-    return MultiModalKwargsItem.from_elems(
-        [MultiModalFieldElem("image", "pixel_values", data, "flat")]
-    )
+    field = MultiModalFlatField([slice(0, nbytes)])
+    return MultiModalKwargsItem({"pixel_values": MultiModalFieldElem(data, field)})
 
 
 @dataclass

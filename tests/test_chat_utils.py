@@ -28,17 +28,6 @@ from _http_server import MediaServer
 from _lazy_fixtures import image_bytes
 from _processor_fixtures import assert_matches_hf, reference_image
 from _video_samples import make_clip
-from mediaref.entrypoints import chat_utils
-from mediaref.entrypoints.chat_utils import (
-    AUDIO_IN_VIDEO_UUID_SUFFIX,
-    AsyncMultiModalItemTracker,
-    MultiModalItemTracker,
-    apply_chat_template,
-    detect_content_format,
-    parse_chat_messages,
-    parse_chat_messages_async,
-    resolve_chat_template_content_format,
-)
 from mediaref.exceptions import (
     MediaNotAllowedError,
     MediaNotFoundError,
@@ -50,7 +39,18 @@ from mediaref.media.connector import MediaConnector
 from mediaref.models.builtin import builtin_model_path
 from mediaref.models.qwen2_vl import Qwen2VLProcessingInfo
 from mediaref.processing.context import BaseProcessingInfo, ModelConfig
+from mediaref.renderers import chat_utils
 from mediaref.renderers.base import BaseRenderer, MultiModalRequest
+from mediaref.renderers.chat_utils import (
+    AUDIO_IN_VIDEO_UUID_SUFFIX,
+    AsyncMultiModalItemTracker,
+    MultiModalItemTracker,
+    apply_chat_template,
+    detect_content_format,
+    parse_chat_messages,
+    parse_chat_messages_async,
+    resolve_chat_template_content_format,
+)
 
 WAIT_S = 10.0
 VIDEO_IO_KWARGS = {"video": {"num_frames": 4}}
@@ -197,7 +197,7 @@ def test_text_two_images_and_a_video_for_qwen2_vl(
         },
     ]
     conversation, mm_data, mm_uuids = parse_chat_messages(
-        messages, vl_info, file_connector, media_io_kwargs=VIDEO_IO_KWARGS
+        messages, vl_info, connector=file_connector, media_io_kwargs=VIDEO_IO_KWARGS
     )
 
     assert conversation == [
@@ -206,7 +206,7 @@ def test_text_two_images_and_a_video_for_qwen2_vl(
             "role": "user",
             "content": [
                 {"type": "text", "text": "Compare"},
-                {"type": "image"},
+                {"type": "image", "detail": "high"},  # as vLLM: fields no part type has pass on
                 {"type": "image"},
                 {"type": "video"},
                 {"type": "text", "text": "and say which is brighter."},
@@ -221,7 +221,7 @@ def test_text_two_images_and_a_video_for_qwen2_vl(
     assert video_ref.spec == vl_info.get_media_io("video", {"num_frames": 4}).get_decode_spec()
     assert video_ref.spec.settings["num_frames"] == 4
     assert not any(ref.is_decoded for ref in all_refs(mm_data))
-    assert mm_uuids is None
+    assert mm_uuids == {"image": [None, None], "video": [None]}  # as vLLM: one entry per item
     assert media_server.count("/files/a.png") == 1
 
 
@@ -238,7 +238,7 @@ def test_audio_url_and_input_audio_for_qwen2_audio(
         },
         {"type": "text", "text": "What are these tones?"},
     )
-    conversation, mm_data, _ = parse_chat_messages(messages, audio_info, connector)
+    conversation, mm_data, _ = parse_chat_messages(messages, audio_info, connector=connector)
 
     assert conversation[0]["content"] == [
         {"type": "audio"},
@@ -305,7 +305,7 @@ def test_a_malformed_part_is_a_400_naming_it_and_nothing_is_fetched(
 ) -> None:
     good = image_part(media_server.add_file("ok.png", image_bytes(3)))
     with pytest.raises(VLLMValidationError) as info:
-        parse_chat_messages(user(good, bad_part), vl_info, connector)
+        parse_chat_messages(user(good, bad_part), vl_info, connector=connector)
     assert info.value.parameter == parameter
     assert info.value.status_code == 400
     assert media_server.total_requests() == 0
@@ -324,9 +324,9 @@ async def test_a_malformed_message_is_a_400_naming_it(
     vl_info: BaseProcessingInfo, connector: MediaConnector, messages: Any, parameter: str
 ) -> None:
     with pytest.raises(VLLMValidationError) as sync_info:
-        parse_chat_messages(messages, vl_info, connector)
+        parse_chat_messages(messages, vl_info, connector=connector)
     with pytest.raises(VLLMValidationError) as async_info:
-        await parse_chat_messages_async(messages, vl_info, connector)
+        await parse_chat_messages_async(messages, vl_info, connector=connector)
     assert sync_info.value.parameter == async_info.value.parameter == parameter
 
 
@@ -337,7 +337,7 @@ def test_parts_without_type_and_plain_string_urls_are_recognised(
     conversation, mm_data, _ = parse_chat_messages(
         user({"image_url": url}, {"text": "what is it?"}, {"type": "text", "text": None}),
         vl_info,
-        connector,
+        connector=connector,
     )
     assert conversation[0]["content"] == [
         {"type": "image"},
@@ -355,7 +355,7 @@ def test_an_unsupported_modality_is_a_400_before_any_download(
     image = image_part(media_server.add_file("a.png", image_bytes(5)))
     audio = {"type": "audio_url", "audio_url": {"url": media_server.add_file("a.wav", wav_bytes())}}
     with pytest.raises(VLLMValidationError, match="does not accept audio input") as info:
-        parse_chat_messages(user(image, audio), vl_info, connector)
+        parse_chat_messages(user(image, audio), vl_info, connector=connector)
     assert info.value.parameter == "messages[0].content[1].audio_url"
     assert media_server.total_requests() == 0
 
@@ -364,19 +364,19 @@ def test_the_models_per_prompt_limit_is_enforced_before_any_download(
     omni_info: OmniLikeInfo, media_server: MediaServer, connector: MediaConnector
 ) -> None:
     urls = [media_server.add_file(f"{i}.png", image_bytes(10 + i)) for i in range(3)]
-    with pytest.raises(VLLMValidationError, match="at most 2 image item") as info:
+    with pytest.raises(VLLMValidationError, match=r"At most 2 image\(s\)") as info:
         parse_chat_messages(
             [
                 {"role": "user", "content": [image_part(urls[0])]},
                 {"role": "user", "content": ["more", image_part(urls[1]), image_part(urls[2])]},
             ],
             omni_info,
-            connector,
+            connector=connector,
         )
     assert info.value.parameter == "messages[1].content[2].image_url"
     assert media_server.total_requests() == 0
     _, mm_data, _ = parse_chat_messages(
-        user(image_part(urls[0]), image_part(urls[1])), omni_info, connector
+        user(image_part(urls[0]), image_part(urls[1])), omni_info, connector=connector
     )
     assert mm_data is not None and len(mm_data["image"]) == 2  # at the limit is fine
 
@@ -385,13 +385,14 @@ async def test_limit_mm_per_prompt_tightens_the_models_limit(
     vl_info: BaseProcessingInfo, connector: MediaConnector
 ) -> None:
     url = data_url("image/png", image_bytes(6))
-    tracker = MultiModalItemTracker(vl_info, connector, limit_mm_per_prompt={"image": 1})
-    assert (tracker.get_limit("image"), tracker.get_limit("video")) == (1, None)
-    with pytest.raises(VLLMValidationError, match="at most 1 image item") as info:
+    tracker = MultiModalItemTracker(vl_info, connector=connector, limit_mm_per_prompt={"image": 1})
+    # video: the config's limit_mm_per_prompt, vLLM's default 999 when unset
+    assert (tracker.get_limit("image"), tracker.get_limit("video")) == (1, 999)
+    with pytest.raises(VLLMValidationError, match=r"At most 1 image\(s\)") as info:
         await parse_chat_messages_async(
             user(image_part(url), image_part(url)),
             vl_info,
-            connector,
+            connector=connector,
             limit_mm_per_prompt={"image": 1},
         )
     assert info.value.parameter == "messages[0].content[1].image_url"
@@ -413,12 +414,11 @@ def test_get_media_io_delegates_to_the_models_processing_info(
             return super().get_media_io(modality, media_io_kwargs)
 
     tracker = MultiModalItemTracker(
-        RecordingInfo(vl_info.ctx), connector, media_io_kwargs={"video": {"num_frames": 6}}
+        RecordingInfo(vl_info.ctx), {"video": {"num_frames": 6}}, connector=connector
     )
     video_io = tracker.get_media_io("video")
-    override_io = tracker.get_media_io("video", {"num_frames": 2})
-    assert calls == [("video", {"num_frames": 6}), ("video", {"num_frames": 2})]
-    assert video_io.num_frames == 6 and override_io.num_frames == 2
+    assert calls == [("video", {"num_frames": 6})]
+    assert video_io.num_frames == 6
     assert video_io.video_backend == "pyav"  # the backend bound to Qwen2-VL's processor
     assert tracker.get_media_io("video") is video_io  # resolved once per request and modality
 
@@ -431,8 +431,8 @@ def test_bad_media_io_kwargs_are_a_400_before_any_download(
         parse_chat_messages(
             user({"type": "audio_url", "audio_url": url}),
             audio_info,
-            connector,
-            media_io_kwargs={"audio": {"sample_rate_hz": 8000}},
+            connector=connector,
+            media_io_kwargs={"audio": {"audio_backend": "nope"}},
         )
     assert info.value.parameter == "media_io_kwargs"
     assert media_server.total_requests() == 0
@@ -453,7 +453,7 @@ async def test_uuids_per_part_and_uuid_only_items(
             {"image_url": None, "uuid": "bird"},
         ),
         vl_info,
-        connector,
+        connector=connector,
     )
     assert conversation[0]["content"] == [{"type": "image"}] * 4
     assert mm_uuids == {"image": ["cat", None, "dog", "bird"]}
@@ -467,7 +467,7 @@ async def test_uuids_per_part_and_uuid_only_items(
             {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}, "uuid": "clip-1"}
         ),
         audio_info,
-        connector,
+        connector=connector,
     )
     assert (audio_data, audio_uuids) == ({"audio": [None]}, {"audio": ["clip-1"]})
 
@@ -476,7 +476,7 @@ def test_no_media_gives_no_mm_data(vl_info: BaseProcessingInfo, connector: Media
     conversation, mm_data, mm_uuids = parse_chat_messages(
         [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "name": "bot"}],
         vl_info,
-        connector,
+        connector=connector,
     )
     assert conversation == [
         {"role": "user", "content": [{"type": "text", "text": "hi"}]},
@@ -497,11 +497,11 @@ async def test_use_audio_in_video_downloads_once(
     kwargs: dict[str, Any] = {"mm_processor_kwargs": {"use_audio_in_video": True}}
     if entry == "sync":
         conversation, mm_data, mm_uuids = parse_chat_messages(
-            messages, omni_info, connector, **kwargs
+            messages, omni_info, connector=connector, **kwargs
         )
     else:
         conversation, mm_data, mm_uuids = await parse_chat_messages_async(
-            messages, omni_info, connector, **kwargs
+            messages, omni_info, connector=connector, **kwargs
         )
 
     assert media_server.count("/files/clip.mp4") == 1
@@ -526,12 +526,12 @@ def test_use_audio_in_video_needs_a_model_that_takes_audio(
         parse_chat_messages(
             user({"type": "video_url", "video_url": url}),
             vl_info,
-            connector,
+            connector=connector,
             mm_processor_kwargs={"use_audio_in_video": True},
         )
     with pytest.raises(VLLMValidationError) as info:
         parse_chat_messages(
-            [], vl_info, connector, mm_processor_kwargs={"use_audio_in_video": "yes"}
+            [], vl_info, connector=connector, mm_processor_kwargs={"use_audio_in_video": "yes"}
         )
     assert info.value.parameter == "mm_processor_kwargs"
     assert media_server.total_requests() == 0
@@ -569,10 +569,10 @@ async def test_sync_and_async_parse_to_the_same_result(
     ]
     kwargs: dict[str, Any] = {"media_io_kwargs": VIDEO_IO_KWARGS}
     sync_conv, sync_data, sync_uuids = await asyncio.to_thread(
-        parse_chat_messages, messages, vl_info, file_connector, **kwargs
+        parse_chat_messages, messages, vl_info, connector=file_connector, **kwargs
     )
     async_conv, async_data, async_uuids = await parse_chat_messages_async(
-        messages, vl_info, file_connector, **kwargs
+        messages, vl_info, connector=file_connector, **kwargs
     )
     assert sync_conv == async_conv
     assert sync_uuids == async_uuids == {"image": ["a", None, "z"], "video": [None]}
@@ -607,12 +607,16 @@ async def test_the_async_parser_fetches_concurrently_through_the_connectors_meth
 ) -> None:
     urls = [data_url("image/png", image_bytes(30 + i)) for i in range(3)]
     gated = GatedConnector(expected=3)
-    _, mm_data, _ = await parse_chat_messages_async(user(*map(image_part, urls)), vl_info, gated)
+    _, mm_data, _ = await parse_chat_messages_async(
+        user(*map(image_part, urls)), vl_info, connector=gated
+    )
     assert gated.started == 3
     assert mm_data is not None and [ref.data for ref in mm_data["image"]] == [
         image_bytes(30 + i) for i in range(3)
     ]
-    await asyncio.to_thread(parse_chat_messages, user(image_part(urls[0])), vl_info, gated)
+    await asyncio.to_thread(
+        parse_chat_messages, user(image_part(urls[0])), vl_info, connector=gated
+    )
     assert gated.sync_calls == 1
 
 
@@ -626,31 +630,45 @@ async def test_fetch_errors_propagate_first_in_request_order(
     )
     with pytest.raises(MediaNotFoundError) as info:
         if entry == "sync":
-            parse_chat_messages(messages, vl_info, connector)
+            parse_chat_messages(messages, vl_info, connector=connector)
         else:
-            await parse_chat_messages_async(messages, vl_info, connector)
+            await parse_chat_messages_async(messages, vl_info, connector=connector)
     assert info.value.status_code == 404
     with pytest.raises(MediaNotAllowedError):
         await parse_chat_messages_async(
-            user(image_part("ftp://example.com/a.png")), vl_info, connector
+            user(image_part("ftp://example.com/a.png")), vl_info, connector=connector
         )
 
 
-async def test_pending_fetches_are_not_reported_as_data(
+async def test_a_tracker_fetches_only_when_its_items_resolve(
+    vl_info: BaseProcessingInfo, media_server: MediaServer, connector: MediaConnector
+) -> None:
+    url = media_server.add_file("late.png", image_bytes(40))
+    tracker = AsyncMultiModalItemTracker(vl_info, connector=connector)
+    tracker.create_parser().parse_image(url, "u")
+    assert tracker.get_num_items("image") == 1
+    assert media_server.total_requests() == 0  # planned, not fetched
+    mm_data, mm_uuids = await tracker.resolve_items()
+    assert mm_data is not None and mm_data["image"][0].data == image_bytes(40)
+    assert mm_uuids == {"image": ["u"]}
+    assert media_server.count("/files/late.png") == 1
+
+
+def test_vllms_positional_content_format_and_a_positional_connector(
     vl_info: BaseProcessingInfo, connector: MediaConnector
 ) -> None:
-    tracker = AsyncMultiModalItemTracker(vl_info, connector)
-    assert tracker.add("image", data_url("image/png", image_bytes(40))) == 0
-    with pytest.raises(RuntimeError, match="all_mm_data_async"):
-        tracker.all_mm_data()
-    mm_data = await tracker.all_mm_data_async()
-    assert mm_data is not None and mm_data["image"][0].data == image_bytes(40)
-    assert tracker.all_mm_data() == mm_data  # nothing pending any more
-
-
-def test_vllms_positional_content_format_is_refused_clearly(vl_info: BaseProcessingInfo) -> None:
-    with pytest.raises(TypeError, match="content_format= by keyword"):
-        parse_chat_messages([], vl_info, "openai")  # type: ignore[arg-type]
+    # vLLM's signature: (messages, model_config, content_format, media_io_kwargs, mm_processor_kwargs)
+    conversation, mm_data, mm_uuids = parse_chat_messages(
+        [{"role": "user", "content": "hi"}], vl_info, "string", None, None
+    )
+    assert conversation == [{"role": "user", "content": "hi"}] and (mm_data, mm_uuids) == (
+        None,
+        None,
+    )
+    with pytest.raises(TypeError, match="connector= by keyword"):
+        parse_chat_messages([], vl_info, connector)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="connector= by keyword"):
+        MultiModalItemTracker(vl_info, connector)  # type: ignore[arg-type]
 
 
 # -- the chat template ---------------------------------------------------------------------------
@@ -695,14 +713,14 @@ def test_string_format_places_the_models_placeholders(
         resolve_chat_template_content_format(audio_info, chat_template=STRING_TEMPLATE) == "string"
     )
     conversation, mm_data, _ = parse_chat_messages(
-        messages, audio_info, connector, chat_template=STRING_TEMPLATE
+        messages, audio_info, connector=connector, chat_template=STRING_TEMPLATE
     )
     # Read off the model's own template, numbering included, though the request brought another.
     audio_1 = "Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\n"
     audio_2 = "Audio 2: <|audio_bos|><|AUDIO|><|audio_eos|>\n"
     assert conversation[0]["content"] == "\n".join([audio_1, audio_2, "first", "then"])
     interleaved, _, _ = parse_chat_messages(
-        messages, audio_info, connector, content_format="string", interleave_strings=True
+        messages, audio_info, connector=connector, content_format="string", interleave_strings=True
     )
     assert interleaved[0]["content"] == "\n".join(["first", audio_1, "then", audio_2])
     prompt = apply_chat_template(audio_info, conversation, chat_template=STRING_TEMPLATE)
@@ -711,7 +729,7 @@ def test_string_format_places_the_models_placeholders(
     vl_conversation, _, _ = parse_chat_messages(
         user(image_part(data_url("image/png", image_bytes(50))), "x"),
         vl_info,
-        connector,
+        connector=connector,
         content_format="string",
     )
     assert vl_conversation[0]["content"] == "<|vision_start|><|image_pad|><|vision_end|>\nx"
@@ -734,12 +752,12 @@ def test_string_format_without_a_placeholder_for_the_modality_is_a_400(
                 }
             ),
             omni_info,
-            connector,
+            connector=connector,
             content_format="string",
         )
     assert info.value.parameter == "chat_template_content_format"
     with pytest.raises(VLLMValidationError) as bad_format:
-        parse_chat_messages([], omni_info, connector, content_format="xml")  # type: ignore[arg-type]
+        parse_chat_messages([], omni_info, connector=connector, content_format="xml")  # type: ignore[arg-type]
     assert bad_format.value.parameter == "chat_template_content_format"
 
 
@@ -753,7 +771,7 @@ def test_a_processing_infos_placeholder_hook_wins(
     conversation, _, _ = parse_chat_messages(
         user(image_part(data_url("image/png", image_bytes(51))), image_part(None, uuid="u")),
         HookedInfo(vl_info.ctx),
-        connector,
+        connector=connector,
         content_format="string",
         interleave_strings=True,
     )
@@ -801,7 +819,7 @@ async def test_end_to_end_every_item_gets_its_placeholders(
         {"type": "video_url", "video_url": {"url": media_server.add_file("e.mp4", video_bytes())}},
     )
     conversation, mm_data, mm_uuids = await parse_chat_messages_async(
-        messages, vl_info, connector, media_io_kwargs=VIDEO_IO_KWARGS
+        messages, vl_info, connector=connector, media_io_kwargs=VIDEO_IO_KWARGS
     )
     prompt = apply_chat_template(vl_info, conversation)
     assert prompt.count("<|image_pad|>") == 2 and prompt.count("<|video_pad|>") == 1
@@ -839,7 +857,9 @@ async def test_end_to_end_one_image_equals_hf_on_the_decoded_image(
     messages = user(
         image_part(media_server.add_file("p.png", data), uuid="photo-70"), "Describe it."
     )
-    conversation, mm_data, mm_uuids = await parse_chat_messages_async(messages, vl_info, connector)
+    conversation, mm_data, mm_uuids = await parse_chat_messages_async(
+        messages, vl_info, connector=connector
+    )
     prompt = apply_chat_template(vl_info, conversation)
     assert mm_data is not None
     out = await vl_renderer.process_multimodal_async(
@@ -862,7 +882,7 @@ async def test_end_to_end_one_image_equals_hf_on_the_decoded_image(
 
     # The client may now send the image by its UUID alone: the renderer serves it from its cache.
     uuid_conversation, uuid_data, uuid_uuids = parse_chat_messages(
-        user(image_part(None, uuid="photo-70"), "Describe it."), vl_info, connector
+        user(image_part(None, uuid="photo-70"), "Describe it."), vl_info, connector=connector
     )
     assert uuid_data == {"image": [None]}
     again = await vl_renderer.process_multimodal_async(
@@ -895,7 +915,7 @@ async def test_end_to_end_audio_items_get_their_placeholders(
         "Which is longer?",
     )
     conversation, mm_data, mm_uuids = await parse_chat_messages_async(
-        messages, audio_info, connector
+        messages, audio_info, connector=connector
     )
     prompt = apply_chat_template(audio_info, conversation)
     assert "Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\nAudio 2: " in prompt

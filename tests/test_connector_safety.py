@@ -152,7 +152,7 @@ def test_loopback_is_refused_by_default(
 def test_private_addresses_can_be_allowed_by_the_environment(
     media_server: MediaServer, http_client: MediaHTTPClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS", "1")
+    monkeypatch.setenv("MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS", "1")
     url = media_server.add_file("a.bin", PAYLOAD).replace("127.0.0.1", "localhost")
     assert MediaConnector(http_client).fetch_image(url, RawMediaIO()).data == PAYLOAD
     # The constructor option wins over the environment.

@@ -199,11 +199,17 @@ def test_background_color_accepts_a_list() -> None:
     assert ImageMediaIO(rgba_background_color=[1, 2, 3]).rgba_background_color == (1, 2, 3)
 
 
-def test_image_mode_is_validated_and_unknown_options_rejected() -> None:
+def test_image_mode_is_validated_and_other_options_kept_in_the_spec() -> None:
     with pytest.raises(ValueError, match="image_mode"):
         ImageMediaIO("NOPE")
-    with pytest.raises(TypeError):
-        ImageMediaIO(rgba_bg=(0, 0, 0))  # type: ignore[call-arg]
+    # vLLM keeps options it does not know for custom decoders; they count in the key.
+    custom = ImageMediaIO(my_option=[1, 2])
+    assert custom.kwargs == {"my_option": [1, 2]}
+    assert custom.get_decode_spec().settings["kwargs"] == {"my_option": [1, 2]}
+    data = sample_bytes("rocket.jpg")
+    assert custom.load_bytes_ref(data).key != ImageMediaIO().load_bytes_ref(data).key
+    with pytest.raises(TypeError, match="unsupported type"):
+        ImageMediaIO(my_option=object())  # not a JSON value: it could not be in the key
 
 
 # --- spec and keys -----------------------------------------------------------------------------

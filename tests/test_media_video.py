@@ -147,13 +147,9 @@ def test_every_long_gap_is_seeked_over_in_every_container(codec: str, container:
     assert ideal <= metadata["num_decoded_frames"] < ideal + 10
 
 
-def test_a_gap_is_seeked_over_exactly_when_it_skips_enough_frames(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_gap_is_seeked_over_exactly_when_it_skips_enough_frames() -> None:
     """Pins the rule at its boundary: a seek to the keyframe before the next wanted frame
     happens when it skips MIN_FRAMES_SKIPPED_BY_SEEK frames past the last one kept, not later."""
-    import mediaref.media.video._pyav as pyav_backend
-
     data = make_clip("h264", "mp4", num_frames=120, keyframe_interval=30)
     keyframe, target = 30, 50
     # The last kept frame that leaves exactly the minimum skip between it and the keyframe.
@@ -162,10 +158,15 @@ def test_a_gap_is_seeked_over_exactly_when_it_skips_enough_frames(
     decoded = {}
     for kept in (last, last + 1):
         wanted = [0, kept, target]
-        monkeypatch.setattr(
-            pyav_backend, "sample_frame_indices", lambda *_args, wanted=wanted: list(wanted)
-        )
-        frames, metadata = video_io(num_frames=3).load_bytes(data)
+
+        class ChosenFrames(PyAVVideoBackend):  # the sampling rule is a loader's hook
+            @classmethod
+            def compute_frames_index_to_sample(
+                cls, source: Any, target: Any, wanted: list[int] = wanted, **kwargs: Any
+            ) -> list[int]:
+                return list(wanted)
+
+        frames, metadata = ChosenFrames.load_bytes(data, num_frames=3)
         assert painted_indices(frames) == metadata["frames_indices"] == wanted
         decoded[kept] = metadata["num_decoded_frames"]
 
@@ -410,7 +411,8 @@ def test_jpeg_frames_decode_into_a_stack() -> None:
     assert painted_indices(frames) == [5, 9, 12]
     assert metadata["video_backend"] == "jpeg_sequence"  # vLLM's name for this form
     assert metadata["total_num_frames"] == 3 and metadata["frames_indices"] == [0, 1, 2]
-    assert metadata["fps"] == 2.0 and metadata["duration"] == pytest.approx(1.5)
+    # vLLM's default rate for a frame sequence is 1 fps.
+    assert metadata["fps"] == 1.0 and metadata["duration"] == pytest.approx(3.0)
     assert video_io(fps=4.0).load_base64("VIDEO/JPEG", text)[1]["fps"] == 4.0
 
 

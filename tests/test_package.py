@@ -13,6 +13,7 @@ import mediaref
 EXPECTED_ALL = [
     "AudioMediaIO",
     "BaseRenderer",
+    "BatchedTensorInputs",
     "DecodeSpec",
     "ImageMediaIO",
     "MEDIA_CONNECTOR_REGISTRY",
@@ -24,7 +25,10 @@ EXPECTED_ALL = [
     "ModelConfig",
     "MultiModalDataParser",
     "MultiModalHasher",
+    "MultiModalKwargsItems",
+    "MultiModalRegistry",
     "MultiModalRequest",
+    "NestedTensors",
     "VLLMUnprocessableEntityError",
     "VLLMValidationError",
     "VideoMediaIO",

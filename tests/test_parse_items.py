@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from _counting import CountingDecoder
-from mediaref.inputs import MultiModalFieldElem
+from mediaref.inputs import MultiModalBatchedField, MultiModalFieldElem
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.parse import (
     AudioProcessorItems,
@@ -243,7 +243,7 @@ class BatchedField:
         self.modality = modality
 
     def build_elems(self, key: str, batch: Any) -> list[MultiModalFieldElem]:
-        return [MultiModalFieldElem(self.modality, key, row, "batched") for row in batch]
+        return [MultiModalFieldElem(row, MultiModalBatchedField()) for row in batch]
 
 
 def make_dict_items() -> tuple[DictEmbeddingItems, dict[str, torch.Tensor]]:
@@ -300,5 +300,5 @@ def test_dict_embeddings_require_their_fields() -> None:
             {"a", "b"},
             lambda d: {"a": BatchedField("image")},
         )
-    with pytest.raises(ValueError, match="has 1 items, other fields have 2"):
+    with pytest.raises(ValueError, match="Cannot merge different batch sizes"):
         DictEmbeddingItems({"a": torch.zeros(2), "b": torch.zeros(1)}, "image", {"a"}, factory)

@@ -104,7 +104,7 @@ def test_frame_size_of_pil_frames_and_channels_first_tensors() -> None:
     assert pil.get_frame_size(0) == ImageSize(8, 3) and pil.get_num_frames(0) == 2
     tensor = VideoProcessorItems([torch.zeros(2, 3, 5, 7)])  # (T, C, H, W)
     assert tensor.get_frame_size(0) == ImageSize(7, 5)
-    with pytest.raises(ValueError, match="has no frames"):
+    with pytest.raises(ValueError, match="Cannot get size of empty video at 0"):
         VideoProcessorItems([np.zeros((0, 2, 2, 3))]).get_frame_size(0)
 
 

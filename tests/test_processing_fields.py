@@ -1,4 +1,7 @@
-"""MultiModalFieldConfig and build_kwargs_items: a batch cut into items and put back unchanged."""
+"""MultiModalFieldConfig and build_kwargs_items: a batch cut into items and put back unchanged.
+
+(The field classes live in ``mediaref.inputs``, as in vLLM; ``mediaref.processing.fields``
+re-exports them, and both paths are exercised here.)"""
 
 from __future__ import annotations
 
@@ -10,7 +13,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mediaref.inputs import MultiModalKwargsItem, MultiModalKwargsItems
+from mediaref.inputs import (
+    MultiModalBatchedField,
+    MultiModalFlatField,
+    MultiModalKwargsItem,
+    MultiModalKwargsItems,
+    MultiModalSharedField,
+)
 from mediaref.processing.fields import MultiModalFieldConfig, build_kwargs_items
 
 
@@ -30,9 +39,8 @@ def test_batched_tensor_gives_one_row_per_item_and_stacks_back() -> None:
     assert list(items) == ["audio"]
     assert len(items["audio"]) == 3
     for i, item in enumerate(items["audio"]):
-        assert item.modality == "audio"
         assert torch.equal(item["feat"].data, batch[i])
-        assert item["feat"].kind == "batched"
+        assert isinstance(item["feat"].field, MultiModalBatchedField)
     rebuilt = items.get_data()["feat"]
     assert isinstance(rebuilt, torch.Tensor)
     assert torch.equal(rebuilt, batch)
@@ -76,14 +84,15 @@ def test_flat_slices_cut_rows_and_concatenate_back() -> None:
 
     assert [item["patches"].data.shape[0] for item in items["image"]] == [3, 1, 6]
     assert torch.equal(items["image"][1]["patches"].data, batch[3:4])
-    assert items["image"][0]["patches"].kind == "flat"
+    assert isinstance(items["image"][0]["patches"].field, MultiModalFlatField)
     assert torch.equal(items.get_data()["patches"], batch)
 
 
 def test_flat_from_sizes_accepts_a_tensor_of_sizes_and_empty_items() -> None:
     batch = torch.randn(7, 5)
     config = MultiModalFieldConfig.flat_from_sizes("video", torch.tensor([4, 0, 3]))
-    assert config.slices == (slice(0, 4), slice(4, 4), slice(4, 7))
+    # As vLLM builds them: one index tuple per item, slice(None) for any leading dimensions.
+    assert config.field.slices == [(slice(0, 4),), (slice(4, 4),), (slice(4, 7),)]
 
     items = build_kwargs_items({"pv": batch}, {"pv": config})
     assert [item["pv"].data.shape[0] for item in items["video"]] == [4, 0, 3]
@@ -128,7 +137,7 @@ def test_shared_field_is_seen_whole_by_every_item_and_batched_once() -> None:
 
     assert len(items["audio"]) == 4
     assert all(item["scale"].data is value for item in items["audio"])
-    assert all(item["scale"].kind == "shared" for item in items["audio"])
+    assert all(isinstance(item["scale"].field, MultiModalSharedField) for item in items["audio"])
     # Not stacked four times: the model gets the one shared value.
     assert torch.equal(items.get_data()["scale"], value)
 
@@ -167,7 +176,6 @@ def test_multi_field_multi_modality_roundtrip_drops_unconfigured_fields() -> Non
     assert set(first_image) == {"pixel_values", "image_grid_thw"}
     assert torch.equal(first_image["pixel_values"].data, hf_inputs["pixel_values"][:4])
     assert torch.equal(first_image["image_grid_thw"].data, hf_inputs["image_grid_thw"][0])
-    assert items["video"][0].modality == "video"
 
     rebuilt = items.get_data()
     assert set(rebuilt) == {
@@ -212,13 +220,3 @@ def test_shared_batch_size_must_match_the_other_fields_of_its_modality() -> None
     }
     with pytest.raises(ValueError, match="'scale' has 3 audio items"):
         build_kwargs_items({"feat": torch.zeros(2, 4), "scale": torch.ones(1)}, config)
-
-
-def test_item_with_fields_of_two_modalities_has_no_single_modality() -> None:
-    hf_inputs, config = qwen_like_batch()
-    items = build_kwargs_items(hf_inputs, config)
-    mixed = MultiModalKwargsItem(
-        {**items["image"][0], "video_grid_thw": items["video"][0]["video_grid_thw"]}
-    )
-    with pytest.raises(ValueError, match="exactly one modality"):
-        _ = mixed.modality

@@ -1,4 +1,5 @@
-"""The four HF stages: dummy text, truncation, the audio rename, passthrough, postprocess, threads.
+"""The four HF stages (vLLM's signatures): dummy text only where a family asks for it,
+truncation, the audio rename, passthrough, postprocess, threads.
 
 Most checks run a small processor over a recording stand-in for the HF processor, so each stage's
 contribution to the call (or to the absence of a call) is visible. The last ones run the real
@@ -26,7 +27,11 @@ from mediaref.parse import MultiModalDataItems, MultiModalDataParser
 from mediaref.processing.context import BaseProcessingInfo, InputProcessingContext, ModelConfig
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 from mediaref.processing.fields import MultiModalFieldConfig, build_kwargs_items
-from mediaref.processing.processor import BaseMultiModalProcessor, PromptUpdate
+from mediaref.processing.processor import (
+    BaseMultiModalProcessor,
+    HFMultiModalInputs,
+    PromptUpdate,
+)
 
 # --- a small processor over a recording HF stand-in --------------------------------------------
 
@@ -80,7 +85,9 @@ class ToyDummyInputs(BaseDummyInputsBuilder[ToyInfo]):
         self.requested_counts.append(dict(mm_counts))
         return "<image>" * mm_counts.get("image", 0) + "<audio>" * mm_counts.get("audio", 0)
 
-    def get_dummy_mm_data(self, seq_len: int, mm_counts: Mapping[str, int]) -> dict[str, Any]:
+    def get_dummy_mm_data(
+        self, seq_len: int, mm_counts: Mapping[str, int], mm_options: Any = None
+    ) -> dict[str, Any]:
         return {}
 
 
@@ -103,14 +110,14 @@ class ToyProcessor(BaseMultiModalProcessor[ToyInfo]):
         return []
 
 
-class NoDummyTextProcessor(ToyProcessor):
-    """A processor whose HF call takes no text at all."""
+class DummyTextProcessor(ToyProcessor):
+    """A processor whose HF call needs text with one placeholder per item (vLLM's opt-in)."""
 
     def _get_hf_mm_text(self, mm_counts: Mapping[str, int]) -> str | None:
-        return None
+        return self.dummy_inputs.get_dummy_text(mm_counts)
 
 
-class RecordingPostprocessProcessor(ToyProcessor):
+class RecordingPostprocessProcessor(DummyTextProcessor):
     """Doubles the image embeddings after the merge, which only works if they were merged first."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -118,7 +125,10 @@ class RecordingPostprocessProcessor(ToyProcessor):
         self.keys_seen: list[set[str]] = []
 
     def _postprocess_hf_mm_data(
-        self, processed: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]
+        self,
+        mm_inputs: Mapping[str, object],
+        hf_processor_mm_kwargs: Mapping[str, object],
+        processed: BatchFeature,
     ) -> BatchFeature:
         self.keys_seen.append(set(processed))
         if "image_embeds" in processed:
@@ -154,12 +164,9 @@ def clips(n: int) -> list[np.ndarray]:
 
 
 def run_main(
-    processor: ToyProcessor,
-    mm_data: dict[str, Any],
-    hf_kwargs: Mapping[str, object] | None = None,
-    tok_kwargs: Mapping[str, object] | None = None,
+    processor: ToyProcessor, mm_data: dict[str, Any], hf_kwargs: Mapping[str, object] | None = None
 ) -> BatchFeature:
-    return processor._apply_hf_processor_main(parse(mm_data), hf_kwargs or {}, tok_kwargs or {})
+    return processor._apply_hf_processor_main(parse(mm_data), hf_kwargs or {})
 
 
 @pytest.fixture
@@ -176,8 +183,22 @@ def restore_torch_threads() -> Iterator[int]:
 # --- stage 1: inputs ---------------------------------------------------------------------------
 
 
-def test_dummy_text_comes_from_get_dummy_text_with_the_item_counts() -> None:
+def test_by_default_the_hf_processor_gets_no_text_and_no_truncation() -> None:
+    # vLLM's default: a family passes dummy text only when its HF processor needs it.
     processor = make_processor()
+    assert processor._get_hf_mm_text({"image": 1}) is None
+    run_main(processor, {"image": images(1)}, hf_kwargs={"max_length": 3})
+
+    [call] = hf_of(processor).calls
+    assert "text" not in call
+    assert "truncation" not in call
+    assert call["max_length"] == 3  # the caller's own kwargs are not dropped
+    assert len(call["images"]) == 1
+    assert dummy_of(processor).requested_counts == []
+
+
+def test_dummy_text_comes_from_get_dummy_text_with_the_item_counts() -> None:
+    processor = make_processor(DummyTextProcessor)
     run_main(processor, {"image": images(2), "audio": clips(1)})
 
     assert dummy_of(processor).requested_counts == [{"image": 2, "audio": 1}]
@@ -187,18 +208,17 @@ def test_dummy_text_comes_from_get_dummy_text_with_the_item_counts() -> None:
     assert call["return_tensors"] == "pt"
 
 
-def test_dummy_text_overrides_a_callers_truncation_and_keeps_its_other_kwargs() -> None:
-    processor = make_processor()
-    run_main(
-        processor,
-        {"image": images(1)},
-        hf_kwargs={"do_resize": False},
-        tok_kwargs={"truncation": True, "max_length": 3},
-    )
+def test_dummy_text_keeps_a_callers_truncation_and_other_kwargs() -> None:
+    # vLLM puts truncation=False under the caller's kwargs: an explicit setting wins.
+    processor = make_processor(DummyTextProcessor)
+    run_main(processor, {"image": images(1)}, hf_kwargs={"do_resize": False, "max_length": 3})
     [call] = hf_of(processor).calls
     assert call["truncation"] is False
     assert call["max_length"] == 3
     assert call["do_resize"] is False
+    processor = make_processor(DummyTextProcessor)
+    run_main(processor, {"image": images(1)}, hf_kwargs={"truncation": True})
+    assert hf_of(processor).calls[0]["truncation"] is True
 
 
 def test_audios_is_renamed_to_the_hf_audio_keyword() -> None:
@@ -213,28 +233,23 @@ def test_audios_is_renamed_to_the_hf_audio_keyword() -> None:
     assert torch.equal(out["audio_values"], torch.as_tensor(np.stack(data)))
 
 
-def test_no_truncation_and_no_text_when_the_processor_takes_no_dummy_text() -> None:
-    processor = make_processor(NoDummyTextProcessor)
-    run_main(processor, {"image": images(1)}, tok_kwargs={"max_length": 3})
-
-    [call] = hf_of(processor).calls
-    assert "text" not in call
-    assert "truncation" not in call
-    assert call["max_length"] == 3  # the caller's own tokenization kwargs are not dropped
-    assert len(call["images"]) == 1
-
-
 def test_stage1_inputs_without_processor_data_carry_no_text_and_no_truncation() -> None:
-    processor = make_processor()
-    inputs = processor._get_hf_mm_inputs(
-        parse({"image": torch.zeros(2, 3, 5)}), {}, {"max_length": 3}
-    )
+    processor = make_processor(DummyTextProcessor)
+    inputs = processor._get_hf_mm_inputs(parse({"image": torch.zeros(2, 3, 5)}), {"max_length": 3})
 
-    assert inputs.text is None
-    assert inputs.mm_data == {}
-    assert inputs.tok_kwargs == {"max_length": 3}
+    assert isinstance(inputs, HFMultiModalInputs)
+    assert inputs.hf_data == {}
+    assert inputs.hf_kwargs == {"max_length": 3}
     assert set(inputs.passthrough_data) == {"image_embeds"}
     assert dummy_of(processor).requested_counts == []
+
+
+def test_a_failing_hf_processor_is_a_value_error_naming_it_without_the_payload() -> None:
+    processor = make_processor()
+    hf_of(processor).error = RuntimeError("bad size")
+    with pytest.raises(ValueError, match="RecordingHfProcessor") as caught:
+        run_main(processor, {"image": images(1)})
+    assert "bad size" in str(caught.value) and "array(" not in str(caught.value)
 
 
 # --- stages 2-4: the call, the merge, the postprocess --------------------------------------------
@@ -253,14 +268,14 @@ def test_only_embeddings_never_call_the_hf_processor_and_still_yield_a_batch_fea
 
 def test_no_items_at_all_give_an_empty_batch_feature_without_a_call() -> None:
     processor = make_processor()
-    out = processor._apply_hf_processor_main(MultiModalDataItems(), {}, {})
+    out = processor._apply_hf_processor_main(MultiModalDataItems(), {})
     assert isinstance(out, BatchFeature)
     assert dict(out) == {}
     assert hf_of(processor).calls == []
 
 
 def test_passthrough_embeddings_merge_with_the_processed_output() -> None:
-    processor = make_processor()
+    processor = make_processor(DummyTextProcessor)
     embeds = torch.randn(2, 3, 5)
     out = run_main(processor, {"image": embeds, "audio": clips(1)})
 
@@ -331,6 +346,7 @@ def record_hf_calls(
 ) -> CallRecorder:
     recorder = CallRecorder(processor.info.get_hf_processor())
     monkeypatch.setattr(processor.info, "get_hf_processor", lambda **kwargs: recorder)
+    monkeypatch.setattr(processor.info.ctx, "get_hf_processor", lambda *a, **kwargs: recorder)
     return recorder
 
 

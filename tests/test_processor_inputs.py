@@ -27,6 +27,7 @@ def image_ref(tag: str = "img", decoder: CountingDecoder | None = None) -> Media
 
 
 def inputs(mm_data: dict[str, Any], **kwargs: Any) -> ProcessorInputs:
+    kwargs.setdefault("mm_uuid_items", kwargs.pop("mm_uuids", None))
     return ProcessorInputs([1, 2, 3], MultiModalDataParser().parse_mm_data(mm_data), **kwargs)
 
 
@@ -166,11 +167,46 @@ def test_processor_kwargs_are_scoped_to_their_modality() -> None:
     assert plain != images_own and plain != shared
 
 
-def test_tokenization_kwargs_enter_the_hash() -> None:
+def test_tokenization_kwargs_stay_out_of_the_hash() -> None:
+    # They shape how a text prompt is encoded, never an item's processed output (vLLM hashes
+    # only the processor and media_io kwargs).
     image = image_ref()
-    assert inputs({"image": image}).get_mm_hashes("m") != inputs(
+    assert inputs({"image": image}).get_mm_hashes("m") == inputs(
         {"image": image}, tokenization_kwargs={"truncation": True}
     ).get_mm_hashes("m")
+
+
+def test_decoded_item_hash_has_vllm_s_factors() -> None:
+    # vLLM 0.33 hashes media_io_kwargs as {modality: its kwargs} and drops the other modalities'
+    # processor scopes; with the same hasher, a vLLM frontend computes the same digest.
+    image = Image.new("RGB", (2, 2), (1, 2, 3))
+    got = inputs(
+        {"image": image},
+        media_io_kwargs={"image": {"image_mode": "L"}, "video": {"num_frames": 4}},
+        hf_processor_mm_kwargs={"max_pixels": 9, "videos_kwargs": {"fps": 2}},
+    ).get_mm_hashes("m", "sha256")
+    expected = MultiModalHasher.hash_kwargs(
+        "sha256",
+        model_id="m",
+        image=image,
+        media_io_kwargs={"image": {"image_mode": "L"}},
+        mm_processor_kwargs={"max_pixels": 9},
+    )
+    assert got == {"image": [expected]}
+
+
+def test_a_modality_without_a_scope_hashes_every_factor() -> None:
+    kwargs = {"media_io_kwargs": {"video": {"num_frames": 4}}, "hf_processor_mm_kwargs": {"x": 1}}
+    items = MultiModalDataItems({"vision_chunk": ImageProcessorItems([Image.new("RGB", (1, 1))])})
+    got = ProcessorInputs([0], items, **kwargs).get_mm_hashes("m", "sha256")  # type: ignore[arg-type]
+    expected = MultiModalHasher.hash_kwargs(
+        "sha256",
+        model_id="m",
+        vision_chunk=items["vision_chunk"].get_raw(0),
+        media_io_kwargs={"video": {"num_frames": 4}},
+        mm_processor_kwargs={"x": 1},
+    )
+    assert got == {"vision_chunk": [expected]}
 
 
 def test_item_hash_is_the_hasher_over_model_item_and_factors() -> None:
@@ -197,20 +233,33 @@ def test_audio_refs_hash_with_their_mapped_key() -> None:
 
 
 def test_can_use_cache_needs_a_cache() -> None:
-    assert inputs({"image": image_ref()}).can_use_cache(object())
-    assert not inputs({"image": image_ref()}).can_use_cache(None)
+    assert inputs({"image": image_ref()}, cache=object()).can_use_cache()
+    assert not inputs({"image": image_ref()}).can_use_cache()
 
 
 def test_passthrough_embeddings_disable_the_cache() -> None:
-    assert not inputs({"image": torch.zeros(1, 2, 4)}).can_use_cache(object())
-    mixed = inputs({"image": image_ref(), "video": [torch.zeros(2, 4)]})
-    assert not mixed.can_use_cache(object())
+    assert not inputs({"image": torch.zeros(1, 2, 4)}, cache=object()).can_use_cache()
+    mixed = inputs({"image": image_ref(), "video": [torch.zeros(2, 4)]}, cache=object())
+    assert not mixed.can_use_cache()
 
 
 def test_can_use_cache_does_not_decode() -> None:
     decoder = CountingDecoder(Image.new("RGB", (1, 1)))
-    assert inputs({"image": [image_ref("x", decoder)] * 3}).can_use_cache(object())
+    assert inputs({"image": [image_ref("x", decoder)] * 3}, cache=object()).can_use_cache()
     assert decoder.calls == 0
+
+
+def test_vllm_s_positional_order_and_uuid_items() -> None:
+    # ProcessorInputs(prompt, mm_data_items, mm_uuid_items, hf_processor_mm_kwargs,
+    # media_io_kwargs, cache), as vLLM's renderer builds it.
+    items = MultiModalDataParser().parse_mm_data({"image": [image_ref("a"), image_ref("b")]})
+    cache = object()
+    built = ProcessorInputs([7], items, {"image": [None, "u"]}, {"k": 1}, {"image": {}}, cache)  # type: ignore[arg-type]
+    assert built.mm_uuid_items == {"image": [None, "u"]}
+    assert built.hf_processor_mm_kwargs == {"k": 1} and built.cache is cache
+    assert built.owned_refs == []  # built by hand: processing owns none of the caller's refs
+    # The processor kwargs are a factor, so even the UUID'd item is hashed with them.
+    assert built.get_mm_hashes("m")["image"][1] not in ("u", built.get_mm_hashes("m")["image"][0])
 
 
 def test_prompt_may_be_text() -> None:

@@ -334,21 +334,22 @@ def test_a_miss_that_became_a_hit_between_the_phases_skips_hf() -> None:
 def _probe_classes() -> dict[str, type[Any]]:
     """Fresh classes each call: the probe logs once per class, process-wide."""
 
+    # vLLM's signatures: a model file's override of these hooks runs unchanged.
     class OverridesApply(Qwen2VLMultiModalProcessor):
-        def apply(self, inputs: Any) -> Any:
-            return super().apply(inputs)
+        def apply(self, inputs: Any, timing_ctx: Any = None) -> Any:
+            return super().apply(inputs, timing_ctx)
 
     class OverridesCachedApply(Qwen2VLMultiModalProcessor):
-        def _cached_apply_hf_processor(self, state: Any) -> Any:
-            return super()._cached_apply_hf_processor(state)
+        def _cached_apply_hf_processor(self, inputs: Any, timing_ctx: Any) -> Any:
+            return super()._cached_apply_hf_processor(inputs, timing_ctx)
 
     class OverridesApplyHf(Qwen2VLMultiModalProcessor):
-        def _apply_hf_processor(self, state: Any) -> Any:
-            return super()._apply_hf_processor(state)
+        def _apply_hf_processor(self, inputs: Any, timing_ctx: Any) -> Any:
+            return super()._apply_hf_processor(inputs, timing_ctx)
 
     class OverridesTwo(OverridesApply):
-        def _apply_hf_processor(self, state: Any) -> Any:
-            return super()._apply_hf_processor(state)
+        def _apply_hf_processor(self, inputs: Any, timing_ctx: Any) -> Any:
+            return super()._apply_hf_processor(inputs, timing_ctx)
 
     return {
         "apply": OverridesApply,

@@ -63,6 +63,12 @@ def tokenizer() -> PreTrainedTokenizerFast:
     return _build_tokenizer()
 
 
+def found_ranges(token_ids: Sequence[int], updates: Any) -> dict[str, list[PlaceholderRange]]:
+    """vLLM's ``find_mm_placeholders``, each placeholder as its range."""
+    found = find_mm_placeholders(token_ids, updates)
+    return {m: [info.to_range() for info in infos] for m, infos in found.items()}
+
+
 def ids_of(tokenizer: Any, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
@@ -236,7 +242,7 @@ def test_adversarial_prompt_with_many_items_applies_and_locates() -> None:
     new_ids, placeholders = apply_prompt_updates(target * 60, updates, None)
     assert len(new_ids) == 60 * 502
     assert [r.offset for r in placeholders["image"]] == [i * 502 for i in range(60)]
-    assert find_mm_placeholders(new_ids, updates, None) == placeholders
+    assert found_ranges(new_ids, updates) == placeholders
 
 
 # --- applying updates ------------------------------------------------------------------------
@@ -279,7 +285,7 @@ def test_replacement_matches_naive_reference(
     new_ids, placeholders = apply_prompt_updates(prompt, updates, None)
     assert (new_ids, placeholders) == (expected, {"image": ranges})
     if all(sizes):  # content 9 never occurs in the prompt: locating must agree with applying
-        assert find_mm_placeholders(new_ids, updates, None) == placeholders
+        assert found_ranges(new_ids, updates) == {m: p for m, p in placeholders.items() if p}
 
 
 @settings(max_examples=200, deadline=None)
@@ -312,7 +318,8 @@ def test_interleaved_modalities_follow_prompt_order(
         else:
             expected.append(token)
     assert apply_prompt_updates(prompt, updates, None) == (expected, ranges)
-    assert find_mm_placeholders(expected, updates, None) == ranges
+    # vLLM's find_mm_placeholders leaves out a modality with nothing found.
+    assert found_ranges(expected, updates) == {m: found for m, found in ranges.items() if found}
 
 
 @pytest.mark.parametrize(
@@ -475,22 +482,31 @@ def test_mask_is_none_when_every_token_embeds() -> None:
         assert apply_prompt_updates([9], updates, None)[1] == {"image": [PlaceholderRange(0, 2)]}
 
 
-def test_custom_is_embed_receives_the_tokenizer_and_the_content_token_ids(tokenizer: Any) -> None:
-    seen: list[tuple[Any, Any]] = []
+def test_custom_is_embed_receives_the_content_token_ids(tokenizer: Any) -> None:
+    # vLLM's form: is_embed(full) -> mask; a text content is encoded first (mediaref extension).
+    seen: list[Any] = []
 
-    def is_embed(tok: Any, full: Any) -> torch.Tensor:
-        seen.append((tok, full))
+    def is_embed(full: Any) -> torch.Tensor:
+        seen.append(full)
         return torch.tensor([True, False])
 
     updates = resolve(
         [PromptReplacement("image", [9], PromptUpdateDetails("<image><s>", is_embed))], image=1
     )
     apply_prompt_updates([9], updates, tokenizer)
-    assert seen == [(tokenizer, ids_of(tokenizer, "<image><s>"))]
+    assert seen == [ids_of(tokenizer, "<image><s>")]
+
+
+def test_vllm_style_lambda_is_embed() -> None:
+    details = PromptUpdateDetails(full=[7, 5, 5, 8], is_embed=lambda full: torch.tensor(full) == 5)
+    updates = resolve([PromptReplacement("image", [5], details)], image=1)
+    new_ids, placeholders = apply_prompt_updates([1, 5, 2], updates, None)
+    assert new_ids == [1, 7, 5, 5, 8, 2]
+    assert placeholders["image"][0].is_embed.tolist() == [False, True, True, False]
 
 
 def test_is_embed_of_the_wrong_shape_is_rejected() -> None:
-    details = PromptUpdateDetails([5, 5, 5], lambda tok, full: torch.tensor([True, False]))
+    details = PromptUpdateDetails([5, 5, 5], lambda full: torch.tensor([True, False]))
     updates = resolve([PromptReplacement("image", [9], details)], image=1)
     with pytest.raises(ValueError, match=r"shape \(3,\)"):
         apply_prompt_updates([9], updates, None)
@@ -570,7 +586,7 @@ def test_find_placeholders_applied_by_the_hf_processor() -> None:
         video=1,
     )
     hf_ids = [1, 100, 5, 5, 101, 2, 6, 6, 3, 100, 5, 5, 101]
-    placeholders = find_mm_placeholders(hf_ids, updates, None)
+    placeholders = found_ranges(hf_ids, updates)
     mask = torch.tensor([False, True, True, False])
     assert placeholders == {
         "image": [PlaceholderRange(1, 4, mask), PlaceholderRange(9, 4, mask)],
@@ -580,7 +596,7 @@ def test_find_placeholders_applied_by_the_hf_processor() -> None:
 
 def test_find_placeholders_stops_a_modality_at_its_first_missing_item() -> None:
     updates = resolve([PromptReplacement("image", [5], lambda i: [5] * (i + 1))], image=3)
-    assert find_mm_placeholders([5, 0, 5, 5], updates, None) == {
+    assert found_ranges([5, 0, 5, 5], updates) == {
         "image": [PlaceholderRange(0, 1), PlaceholderRange(2, 2)]
     }
 
@@ -591,7 +607,7 @@ def test_find_placeholders_prefers_the_modality_listed_first_at_one_position() -
         image=1,
         video=1,
     )
-    assert find_mm_placeholders([5, 5, 5], updates, None) == {
+    assert found_ranges([5, 5, 5], updates) == {
         "image": [PlaceholderRange(0, 2)],
         "video": [PlaceholderRange(2, 1)],
     }
@@ -676,4 +692,5 @@ def test_iter_matches_on_tokens_text_and_positions(tokenizer: Any) -> None:
     assert list(by_text.iter_matches("a<image>b", tokenizer)) == [PromptTargetMatch(1, 8)]
     at_end = PromptInsertion("image", PromptIndexTargets.end(), [0]).resolve(0)
     assert list(at_end.iter_matches([1, 2], None)) == [PromptTargetMatch(2, 2)]
-    assert list(at_end.iter_matches([1, 2], None, start_idx=3)) == []
+    # vLLM's end() resolves to the prompt's end whatever the search start.
+    assert list(at_end.iter_matches([1, 2], None, start_idx=3)) == [PromptTargetMatch(2, 2)]

@@ -61,7 +61,9 @@ class LimitedDummyInputs(BaseDummyInputsBuilder[LimitedInfo]):
     def get_dummy_text(self, mm_counts: Mapping[str, int]) -> str:
         return "<image>" * mm_counts.get("image", 0)
 
-    def get_dummy_mm_data(self, seq_len: int, mm_counts: Mapping[str, int]) -> dict[str, Any]:
+    def get_dummy_mm_data(
+        self, seq_len: int, mm_counts: Mapping[str, int], mm_options: Any = None
+    ) -> dict[str, Any]:
         return {}
 
 
@@ -83,7 +85,7 @@ class LimitedProcessor(BaseMultiModalProcessor[LimitedInfo]):
 @pytest.fixture
 def limited_registry() -> MultiModalRegistry:
     registry = MultiModalRegistry(builtin_modules=())
-    registered = registry.register_processor(
+    registered = registry.register_family(
         "limited", info=LimitedInfo, dummy_inputs=LimitedDummyInputs
     )(LimitedProcessor)
     assert registered is LimitedProcessor  # the decorator hands the class back unchanged
@@ -93,7 +95,7 @@ def limited_registry() -> MultiModalRegistry:
 @pytest.fixture
 def limited(limited_registry: MultiModalRegistry, tmp_path: Path) -> BaseMultiModalProcessor[Any]:
     return limited_registry.create_processor(
-        ModelConfig(model=model_dir(tmp_path, {"model_type": "limited"}))
+        ModelConfig(model=model_dir(tmp_path, {"model_type": "limited"}), enable_mm_embeds=True)
     )
 
 
@@ -235,9 +237,9 @@ def test_registering_a_family_again_replaces_it(limited_registry: MultiModalRegi
     class Replacement(LimitedProcessor):
         pass
 
-    limited_registry.register_processor(
-        "limited", info=LimitedInfo, dummy_inputs=LimitedDummyInputs
-    )(Replacement)
+    limited_registry.register_family("limited", info=LimitedInfo, dummy_inputs=LimitedDummyInputs)(
+        Replacement
+    )
     assert (
         limited_registry.get_factories(ModelConfig(model="unused", family="limited")).processor
         is Replacement
@@ -254,14 +256,14 @@ def test_items_up_to_the_limit_are_accepted(limited: BaseMultiModalProcessor[Any
 
 def test_more_items_than_the_limit_are_rejected(limited: BaseMultiModalProcessor[Any]) -> None:
     with pytest.raises(
-        VLLMValidationError, match=r"at most 2 image item\(s\) per prompt are supported, got 3"
+        VLLMValidationError, match=r"At most 2 image\(s\) may be provided in one prompt"
     ) as info:
         limited.build_inputs([1], {"image": [image(0), image(1), image(2)]})
     assert info.value.parameter == "image"
 
 
 def test_embeddings_count_towards_the_limit(limited: BaseMultiModalProcessor[Any]) -> None:
-    with pytest.raises(VLLMValidationError, match="got 3"):
+    with pytest.raises(VLLMValidationError, match="At most 2 image"):
         limited.build_inputs([1], {"image": torch.zeros(3, 2, 4)})
 
 
@@ -302,7 +304,7 @@ def test_a_rejected_request_leaves_the_callers_refs_undecoded_and_usable(
         return image()
 
     refs = [MediaRef(f"img{i}".encode(), decoder, DecodeSpec(modality="image")) for i in range(3)]
-    with pytest.raises(VLLMValidationError, match="at most 2"):
+    with pytest.raises(VLLMValidationError, match="At most 2"):
         limited.build_inputs([1], {"image": refs})
     assert decodes == []
     assert not any(ref.is_released for ref in refs)

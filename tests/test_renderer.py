@@ -127,8 +127,8 @@ async def test_the_blocking_path_holds_the_worker_through_a_decode(
     make_renderer: RendererFactory,
 ) -> None:
     class OverridesApply(Qwen2VLMultiModalProcessor):
-        def apply(self, inputs: Any) -> Any:
-            return super().apply(inputs)
+        def apply(self, inputs: Any, timing_ctx: Any = None) -> Any:
+            return super().apply(inputs, timing_ctx)
 
     renderer = make_renderer(make_processor(OverridesApply))
     gate = threading.Event()
@@ -290,9 +290,9 @@ async def test_a_processor_overriding_apply_takes_the_blocking_path_and_logs_onc
     apply_calls: list[str] = []
 
     class OverridesApply(Qwen2VLMultiModalProcessor):
-        def apply(self, inputs: Any) -> Any:
+        def apply(self, inputs: Any, timing_ctx: Any = None) -> Any:
             apply_calls.append("apply")
-            return super().apply(inputs)
+            return super().apply(inputs, timing_ctx)
 
     renderer = make_renderer(make_processor(OverridesApply))
     paths = spy_on_paths(renderer)

@@ -104,8 +104,10 @@ def signature_problems(
             )
         if want["default"] and got.default is P.empty:
             problems.append(f"{got.name!r} has no default (vLLM's does)")
+    keyword_names = {e["name"] for e in expected if e["kind"] == "KEYWORD_ONLY"}
     for extra in positional_actual[len(expected_positional) :]:
-        if extra.default is P.empty:
+        # vLLM's keyword-only parameter taken positionally too is still taken by keyword.
+        if extra.default is P.empty and extra.name not in keyword_names:
             problems.append(f"extra required positional parameter {extra.name!r}")
     for want in expected:
         kind = want["kind"]

@@ -4,7 +4,10 @@ Fetched media travels as a :class:`MediaRef` — encoded bytes, a sha256 key der
 without decoding, and a memoized decode — so a processor-cache hit never pays for a decode and
 misses decode in parallel. The names below are the ones a user reaches for first; each lives in
 the module the architecture map names (``mediaref.media.base``, ``mediaref.media.connector``, ...)
-and is imported from there on first use, so ``import mediaref`` stays cheap.
+and is imported from there on first use, so ``import mediaref`` stays cheap. vLLM's
+``vllm.multimodal`` front door (``MULTIMODAL_REGISTRY``, ``MultiModalRegistry``,
+``MultiModalHasher``, ``MultiModalKwargsItems``, ``NestedTensors``, ``BatchedTensorInputs``) is
+all here.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ _EXPORTS = {
     "MultiModalDataParser": "mediaref.parse",
     "MultiModalHasher": "mediaref.hasher",
     "MULTIMODAL_REGISTRY": "mediaref.registry",
+    "MultiModalRegistry": "mediaref.registry",
+    "BatchedTensorInputs": "mediaref.inputs",
+    "MultiModalKwargsItems": "mediaref.inputs",
+    "NestedTensors": "mediaref.inputs",
     "ModelConfig": "mediaref.processing.context",
     "BaseRenderer": "mediaref.renderers.base",
     "MultiModalRequest": "mediaref.renderers.base",
@@ -45,6 +52,7 @@ __all__ = [
     "MULTIMODAL_REGISTRY",
     "AudioMediaIO",
     "BaseRenderer",
+    "BatchedTensorInputs",
     "DecodeSpec",
     "ImageMediaIO",
     "MediaConnector",
@@ -54,7 +62,10 @@ __all__ = [
     "ModelConfig",
     "MultiModalDataParser",
     "MultiModalHasher",
+    "MultiModalKwargsItems",
+    "MultiModalRegistry",
     "MultiModalRequest",
+    "NestedTensors",
     "VLLMUnprocessableEntityError",
     "VLLMValidationError",
     "VideoMediaIO",
@@ -81,6 +92,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from mediaref.exceptions import MediaRefError, VLLMUnprocessableEntityError, VLLMValidationError
     from mediaref.hasher import MultiModalHasher
+    from mediaref.inputs import BatchedTensorInputs, MultiModalKwargsItems, NestedTensors
     from mediaref.media.audio import AudioMediaIO
     from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_media_key
     from mediaref.media.connector import MEDIA_CONNECTOR_REGISTRY, MediaConnector
@@ -88,6 +100,6 @@ if TYPE_CHECKING:
     from mediaref.media.video import VideoMediaIO
     from mediaref.parse import MultiModalDataParser
     from mediaref.processing.context import ModelConfig
-    from mediaref.registry import MULTIMODAL_REGISTRY
+    from mediaref.registry import MULTIMODAL_REGISTRY, MultiModalRegistry
     from mediaref.renderers.base import BaseRenderer, MultiModalRequest
     from mediaref.utils import fetch_audio, fetch_image, fetch_video

@@ -17,6 +17,7 @@ import asyncio
 import time
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 DEFAULT_MODEL = "qwen2_vl"
 PROMPT = (
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"decode     {_ms(decode_s)}   ({decode_s / max(fetch_s, 1e-9):.1f}x the fetch)")
 
     model = str(builtin_model_path(args.model)) if args.model in BUILTIN_MODEL_NAMES else args.model
-    renderer = BaseRenderer(ModelConfig(model=model))
+    renderer: BaseRenderer[Any] = BaseRenderer(ModelConfig(model=model))
     try:
         renderer.start_mm_warmup().result()
 

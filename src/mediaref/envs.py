@@ -33,6 +33,7 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     "MEDIAREF_MAX_VIDEO_FILESIZE_MB": (float, 1024.0),
     # Decoding: per-request caps and trust
     "VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES": (int, 715_827_880),  # decoded bytes per request
+    "VLLM_MAX_EMBED_DECODE_BYTES": (int, 2_147_483_648),  # a client-supplied embedding, densified
     "MEDIAREF_TRUST_EXIF_IMAGE_ID": (_bool, True),  # key images by their EXIF ImageID
     # Decoding: backends and pool
     "VLLM_VIDEO_LOADER_BACKEND": (str, "pyav"),
@@ -45,7 +46,7 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     "VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB": (float, 256.0),  # one http(s) download
     "VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB": (float, 256.0),  # all of one request's downloads
     "VLLM_MEDIA_URL_ALLOW_REDIRECTS": (_bool, True),
-    "VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS": (_bool, False),
+    "MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS": (_bool, False),
     "VLLM_MEDIA_CONNECTOR": (str, "http"),
     "VLLM_MEDIA_CACHE": (_optional_str, None),
     "VLLM_MEDIA_CACHE_MAX_SIZE_MB": (float, 5120.0),
@@ -54,6 +55,9 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     "MEDIAREF_MM_PROCESSOR_CACHE_GB": (float, 4.0),
     # vLLM's Rust frontend cannot leave normalization to the device: it vetoes mm_device_do_normalize
     "VLLM_USE_RUST_FRONTEND": (_bool, False),
+    # The shared-memory processor cache's buffer (mm_processor_cache_type="shm"); unset: the
+    # sender names one per process tree and exports it for the workers (as vLLM does)
+    "VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME": (_optional_str, None),
 }
 
 

@@ -2,15 +2,24 @@
 
 ::
 
-    MediaRefError
-    ├── VLLMValidationError (ValueError)              400  bad request input
-    │   ├── MediaClientError                          400  the client's fault while fetching
-    │   │   ├── MediaNotAllowedError                  403  refused domain, address, path or scheme
-    │   │   ├── MediaTooLargeError                    413  over a cap: encoded size, pixels, decoded bytes
-    │   │   └── MediaNotFoundError                    404  the origin answered 404/410 or the file is missing
-    │   └── VLLMUnprocessableEntityError              422  a fetched item would not decode
-    └── MediaServerError (ConnectionError)            502  the origin failed us (5xx after retries, reset)
-        └── MediaTimeoutError (TimeoutError)          504  the origin was too slow
+    VLLMError                                             vLLM's root of its own errors
+    ├── VLLMClientError                                   4xx  caused by the request
+    └── VLLMServerError                                   5xx  caused by the server
+    MediaRefError (VLLMError)                                  every error mediaref raises on purpose
+    ├── VLLMValidationError (VLLMClientError, ValueError)  400  bad request input
+    │   ├── MediaClientError                              400  the client's fault while fetching
+    │   │   ├── MediaNotAllowedError                      403  refused domain, address, path or scheme
+    │   │   ├── MediaTooLargeError                        413  over a cap: encoded size, pixels, decoded bytes
+    │   │   └── MediaNotFoundError                        404  the origin answered 404/410 or the file is missing
+    │   └── VLLMUnprocessableEntityError                  422  a fetched item would not decode
+    └── MediaServerError (VLLMServerError, ConnectionError) 502  the origin failed us (5xx after retries, reset)
+        └── MediaTimeoutError (TimeoutError)              504  the origin was too slow
+
+``VLLMError``, ``VLLMClientError`` and ``VLLMServerError`` are vLLM's (``vllm/exceptions.py``): a
+serving layer that dispatches on them (client error: 4xx, server error: 5xx) handles mediaref's
+errors unchanged. ``VLLMValidationError`` and ``VLLMUnprocessableEntityError`` take vLLM's
+``parameter=`` and ``value=`` and, as vLLM's do, append them to the message when set
+(``"bad input (parameter=image_url, value=...)"``).
 
 Decoding: a decoder raises ``ValueError`` for a payload that will not decode and
 :class:`MediaTooLargeError` for one over a cap; the processor re-raises them, naming the modality
@@ -19,9 +28,10 @@ and the item's index, as :class:`VLLMUnprocessableEntityError` (422) and
 ``TypeError``, ``RuntimeError``...) is the server's fault, not the client's: it is logged and
 propagates as itself (a server maps it to 500), and a memoized decode does not remember it.
 
-``VLLMValidationError`` subclasses ``ValueError`` because vLLM's serving layer maps ``ValueError`` to
-a 400 response; code written against vLLM keeps working. Every class carries ``status_code`` so a
-server can map the whole hierarchy with one lookup.
+``VLLMValidationError`` also subclasses ``ValueError`` (vLLM 0.33's does not): serving code that
+maps ``ValueError`` to a 400 response, as vLLM's did before its client/server split, keeps
+working. Every class carries ``status_code`` so a server can map the whole hierarchy with one
+lookup.
 
 Transport errors name the URL (``data:`` URLs shortened, see :func:`describe_url`) and the reason.
 """
@@ -38,13 +48,35 @@ def describe_url(url: str) -> str:
     return url
 
 
-class MediaRefError(Exception):
+class VLLMError(Exception):
+    """vLLM's base class of its own errors: a :class:`VLLMClientError` or a :class:`VLLMServerError`."""
+
+
+class VLLMClientError(VLLMError):
+    """An error the request caused (HTTP 4xx)."""
+
+
+class VLLMServerError(VLLMError):
+    """An error the server caused (HTTP 5xx)."""
+
+
+def _with_parameter(message: str, parameter: str | None, value: object) -> str:
+    """``message`` followed by what is known of the offending input, as vLLM formats it."""
+    extras = []
+    if parameter is not None:
+        extras.append(f"parameter={parameter}")
+    if value is not None:
+        extras.append(f"value={value}")
+    return f"{message} ({', '.join(extras)})" if extras else message
+
+
+class MediaRefError(VLLMError):
     """Base class of every error mediaref raises on purpose."""
 
     status_code: int = 500
 
 
-class VLLMValidationError(MediaRefError, ValueError):
+class VLLMValidationError(MediaRefError, VLLMClientError, ValueError):
     """The request is invalid (HTTP 400). ``parameter`` and ``value`` name the offending input."""
 
     status_code = 400
@@ -53,6 +85,9 @@ class VLLMValidationError(MediaRefError, ValueError):
         super().__init__(message)
         self.parameter = parameter
         self.value = value
+
+    def __str__(self) -> str:
+        return _with_parameter(super().__str__(), self.parameter, self.value)
 
 
 class MediaClientError(VLLMValidationError):
@@ -98,24 +133,31 @@ class MediaNotFoundError(MediaClientError):
 
 
 class VLLMUnprocessableEntityError(VLLMValidationError):
-    """A fetched media item could not be decoded (HTTP 422).
+    """The request's content cannot be processed, e.g. a fetched media item would not decode (422).
 
-    Carries the ``modality`` and the item's ``index`` within that modality: the processor cannot
-    see which request field an item came from (``audio_url`` and ``input_audio`` are both "audio"),
-    so it names no parameter and the index is what locates the item for the client.
+    Takes vLLM's ``parameter`` and ``value``, and mediaref's ``modality`` and the item's ``index``
+    within that modality: the processor cannot see which request field an item came from
+    (``audio_url`` and ``input_audio`` are both "audio"), so it names no parameter there and the
+    index is what locates the item for the client.
     """
 
     status_code = 422
 
     def __init__(
-        self, message: str, *, modality: str | None = None, index: int | None = None
+        self,
+        message: str,
+        *,
+        parameter: str | None = None,
+        value: object = None,
+        modality: str | None = None,
+        index: int | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, parameter=parameter, value=value)
         self.modality = modality
         self.index = index
 
 
-class MediaServerError(MediaRefError, ConnectionError):
+class MediaServerError(MediaRefError, VLLMServerError, ConnectionError):
     """The origin failed: a 5xx after the retries, a reset connection, an unreadable body."""
 
     status_code = 502
@@ -139,6 +181,9 @@ __all__ = [
     "MediaServerError",
     "MediaTimeoutError",
     "MediaTooLargeError",
+    "VLLMClientError",
+    "VLLMError",
+    "VLLMServerError",
     "VLLMUnprocessableEntityError",
     "VLLMValidationError",
     "describe_url",

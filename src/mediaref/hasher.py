@@ -1,30 +1,42 @@
 """Content hashes of multimodal items and their processing kwargs; fetched media is never decoded.
 
 A :class:`~mediaref.MediaRef` hashes as its precomputed ``key`` (encoded payload + decode spec),
-in a branch checked before every other. The other branches cover media that user code supplies
-already decoded — PIL images, tensors, arrays, bytes, strings, numbers — plus a pickle fallback.
+in a branch checked before every other. Every other value — media that user code supplies already
+decoded (PIL images, tensors, arrays, :class:`~mediaref.media.base.MediaWithBytes`), bytes,
+strings, numbers, containers — hashes to **exactly the digest vLLM 0.33 computes**, so a mediaref
+frontend and a vLLM frontend in front of one engine agree on item hashes
+(``tests/data/vllm_0_33_hash_vectors.json`` pins it).
 
-The byte stream fed to the digest is self-delimiting, so distinct structures cannot collide by
-re-partitioning their content. Every value is written as a *type tag*, a *count*, then its parts,
-and every one of those atoms is preceded by its length::
+**The stream** fed to the digest is self-delimiting: every byte chunk is preceded by its length
+(8 bytes, little-endian) and every value by a one-byte tag, so distinct structures cannot collide
+by re-partitioning their content::
 
-    value  := tag count part*          (count = number of parts that follow)
-    list   := "list"  n value{n}        dict := "dict" n (encoded-key value){n}, keys sorted
-    atom on the wire := u64be(len(atom)) atom
+    entry  := framed(key) value                      (hash_kwargs: entries sorted by key)
+    value  := 0x00                                   None
+            | 0x01 u64le(n) value{n}                 list or tuple
+            | 0x02 u64le(n) (framed(str(k)) value){n}  dict, in insertion order
+            | 0x03 leaf                              anything else
+            | 0x04 framed(ref.key)                   a MediaRef (mediaref's tag; vLLM has none)
+    framed(chunk) := u64le(len(chunk)) chunk
 
-Hence ``{"ab": "c"}`` differs from ``{"a": "bc"}``, a nested dict from a dotted key, a list from an
-index-keyed dict, ``None`` from ``""``, shape ``()`` from ``(1,)``.
+A leaf is ``framed`` raw bytes (bytes, memoryview, UTF-8 str, ``numpy.array(number)`` bytes, an
+image's EXIF ImageID UUID, a pickle) or, for arrays, tensors and images, the ``entry`` of a tag
+(``"ndarray"``, ``"tensor"``, ``"image"``, ``"video"``) and a dict of their parts. vLLM's choices
+carry over with the digest: a list and a tuple of the same elements hash alike, as do ``"a"`` and
+``b"a"``, and ``{1: x}`` and ``{"1": x}``; dict order counts.
+
+Where vLLM's digest is not reproducible or vLLM raises, mediaref picks a deterministic encoding of
+its own: integers beyond 64 bits and object arrays (vLLM hashes their pointers), tensors that
+require grad, carry a conjugate or negative bit, or have a dtype numpy lacks (vLLM raises).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import pickle
-import struct
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -32,13 +44,21 @@ import torch
 from PIL import ExifTags
 from PIL.Image import Image
 
-from mediaref.media.base import MediaRef
+from mediaref.media.base import MediaRef, MediaWithBytes
 
 logger = logging.getLogger(__name__)
 
 MMHasherAlgorithm = Literal["blake3", "sha256", "sha512"]
 
-Atom = bytes | bytearray | memoryview
+Chunk = bytes | memoryview
+
+_TAG_NONE = b"\x00"
+_TAG_SEQUENCE = b"\x01"
+_TAG_MAPPING = b"\x02"
+_TAG_LEAF = b"\x03"
+_TAG_MEDIA_REF = b"\x04"
+
+_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
 
 
 class _Digest(Protocol):
@@ -60,198 +80,176 @@ _HASHER_FACTORIES: dict[str, Callable[[], _Digest]] = {
 }
 
 
-def _u64(value: int) -> bytes:
-    return value.to_bytes(8, "big")
+def _length(value: int) -> bytes:
+    return value.to_bytes(8, "little")
 
 
-def _shape_atom(shape: tuple[int, ...]) -> bytes:
-    return _u64(len(shape)) + b"".join(_u64(dim) for dim in shape)
+def _framed(chunk: Chunk) -> Iterator[Chunk]:
+    yield _length(chunk.nbytes if isinstance(chunk, memoryview) else len(chunk))
+    yield chunk
 
 
-def _exif_image_id(image: Image) -> uuid.UUID | None:
-    """The EXIF ImageID, when it is a UUID: an identity the image declares for itself."""
-    value = image.getexif().get(ExifTags.Base.ImageID)
-    if isinstance(value, uuid.UUID):
-        return value
-    if isinstance(value, str):
-        try:
-            return uuid.UUID(value.strip("\x00 "))
-        except ValueError:
-            return None
-    return None
+def _pickled(obj: object) -> Iterator[Chunk]:
+    logger.warning("No serialization method found for %s. Falling back to pickle.", type(obj))
+    return _framed(pickle.dumps(obj))
 
 
-def _serialize_image(image: Image) -> tuple[bytes, tuple[Atom, ...]]:
-    # Mode and size go in even with an ImageID: a converted or resized copy keeps the EXIF block.
-    header = (image.mode.encode("ascii"), _shape_atom(image.size))
-    image_id = _exif_image_id(image)
-    if image_id is not None:
-        return b"pil-image-id", (image_id.bytes, *header)
-    image.load()
-    palette: tuple[Atom, ...] = ()
-    if image.palette is not None and image.mode in ("P", "PA"):
-        raw = image.getpalette(rawmode=None) or []
-        palette = (image.palette.mode.encode("ascii"), bytes(raw))
-    return b"pil-image", (*header, *palette, image.tobytes())
+def _number_bytes(number: int | float) -> bytes | None:
+    """``numpy.array(number).tobytes()`` — vLLM's encoding of a number — when that is the value's
+    own bytes; ``None`` for an integer numpy can only hold as an object pointer."""
+    if isinstance(number, int) and not _INT64_MIN <= number <= _UINT64_MAX:
+        return None
+    return np.array(number).tobytes()
 
 
-def _serialize_tensor(tensor: torch.Tensor) -> tuple[bytes, tuple[Atom, ...]]:
-    tensor = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous()
-    # Viewed as bytes, every dtype works, including those numpy lacks (bfloat16, float8).
-    raw = tensor.reshape(-1).view(torch.uint8).numpy()
-    return b"tensor", (
-        str(tensor.dtype).encode("ascii"),
-        _shape_atom(tuple(tensor.shape)),
-        raw.data,
-    )
-
-
-def _serialize_array(array: np.ndarray) -> tuple[bytes, tuple[Atom, ...]]:
-    if array.dtype.hasobject:  # pointers are not content: encode the elements instead
-        return b"ndarray-object", (
-            _shape_atom(array.shape),
-            *_encoded_atoms(array.ravel().tolist()),
-        )
-    # A strided view and its contiguous copy hold the same array, so they must hash the same.
-    contiguous = np.ascontiguousarray(array)
-    raw = contiguous.reshape(-1).view(np.uint8)
-    # dtype.str alone would hide a structured dtype's field names and types.
-    dtype = array.dtype.str if array.dtype.fields is None else repr(array.dtype.descr)
-    return b"ndarray", (dtype.encode("utf-8"), _shape_atom(array.shape), raw.data)
-
-
-def _serialize_leaf(obj: object) -> tuple[bytes, tuple[Atom, ...]]:
-    """``(type tag, parts)`` of a non-container value."""
-    if isinstance(obj, MediaRef):  # first: the key is the identity, and decoding is never needed
-        return b"media-ref", (obj.key,)
-    if obj is None:
-        return b"none", ()
-    if isinstance(obj, str):
-        return b"str", (obj.encode("utf-8"),)
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        view = memoryview(obj)
-        return b"bytes", (view.cast("B") if view.c_contiguous else view.tobytes(),)
-    if isinstance(obj, bool):
-        return b"bool", (b"\x01" if obj else b"\x00",)
-    if isinstance(obj, int):
-        return b"int", (str(obj).encode("ascii"),)
-    if isinstance(obj, float):
-        return b"float", (struct.pack(">d", obj),)
-    if isinstance(obj, Image):
-        return _serialize_image(obj)
-    if isinstance(obj, torch.Tensor):
-        return _serialize_tensor(obj)
-    if isinstance(obj, (np.ndarray, np.generic)):
-        return _serialize_array(np.asarray(obj))
-    logger.warning("No serialization method for %s; falling back to pickle.", type(obj).__name__)
-    return b"pickle", (pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),)
-
-
-def _frame(out: list[Atom], atom: Atom) -> None:
-    out.append(_u64(atom.nbytes if isinstance(atom, memoryview) else len(atom)))
-    out.append(atom)
-
-
-def _append_framed(obj: object, out: list[Atom]) -> None:
-    """Append ``obj``'s framed atoms (each preceded by its length) to ``out``.
-
-    Appending to one list rather than chaining generators: hashing runs once per item per
-    request, and nested generators were most of its cost.
-    """
-    if isinstance(obj, MediaRef):
-        _append_leaf(obj, out)
-    elif isinstance(obj, (list, tuple)):
-        _frame(out, b"tuple" if isinstance(obj, tuple) else b"list")
-        _frame(out, _u64(len(obj)))
-        for element in obj:
-            _append_framed(element, out)
-    elif isinstance(obj, Mapping):
-        # Equal dicts hash equal whatever their insertion order: entries sort by encoded key.
-        entries = sorted(
-            ((_encoded_key(key), value) for key, value in obj.items()), key=lambda e: e[0]
-        )
-        _frame(out, b"dict")
-        _frame(out, _u64(len(entries)))
-        for key_bytes, value in entries:
-            _frame(out, key_bytes)  # the key's own framed encoding, as one atom
-            _append_framed(value, out)
-    elif isinstance(obj, (set, frozenset)):
-        _frame(out, b"set")
-        _frame(out, _u64(len(obj)))
-        for element_bytes in sorted(_encoded(element) for element in obj):
-            _frame(out, element_bytes)
-    else:
-        _append_leaf(obj, out)
-
-
-def _append_leaf(obj: object, out: list[Atom]) -> None:
-    tag, parts = _serialize_leaf(obj)
-    _frame(out, tag)
-    _frame(out, _u64(len(parts)))
-    for part in parts:
-        _frame(out, part)
-
-
-def _framed_atoms(obj: object) -> list[Atom]:
-    out: list[Atom] = []
-    _append_framed(obj, out)
-    return out
-
-
-def _encoded(obj: object) -> bytes:
-    return b"".join(_framed_atoms(obj))
-
-
-_CACHED_KEY_CHARS = 64
-
-
-@functools.lru_cache(maxsize=1024)
-def _encoded_str(key: str) -> bytes:
-    return _encoded(key)
-
-
-def _encoded_key(key: object) -> bytes:
-    # Dict keys are mostly a few short names ("model_id", "image", kwarg names) seen on every
-    # request; long ones are not cached, so the cache stays small whatever the keys.
-    if type(key) is str and len(key) <= _CACHED_KEY_CHARS:
-        return _encoded_str(key)
-    return _encoded(key)
-
-
-def _encoded_atoms(values: list[Any]) -> tuple[bytes, ...]:
-    return tuple(_encoded(value) for value in values)
+def _image_id_bytes(image: Image) -> bytes | None:
+    """The EXIF ImageID, when it is a :class:`uuid.UUID`: the identity the image declares."""
+    try:
+        value = image.getexif().get(ExifTags.Base.ImageID)
+    except Exception:  # a malformed EXIF block: hash the pixels instead
+        return None
+    return value.bytes if isinstance(value, uuid.UUID) else None
 
 
 class MultiModalHasher:
     """Hashes multimodal items together with the settings that shape their processing."""
 
     @classmethod
-    def serialize_item(cls, obj: object) -> tuple[Atom, ...]:
-        """The content parts of one value; a :class:`MediaRef` yields just its key."""
-        if isinstance(obj, (list, tuple, Mapping, set, frozenset)):
-            return (_encoded(obj),)
-        return _serialize_leaf(obj)[1]
+    def serialize_item(cls, obj: object) -> Iterable[Chunk]:
+        """The chunks of one leaf value (what follows its tag in the stream)."""
+        if isinstance(obj, MediaRef):  # first: its key is its identity; never decode to hash
+            return _framed(obj.key)
+        if isinstance(obj, bytes):
+            return _framed(obj)
+        if isinstance(obj, memoryview):
+            return _framed(obj if obj.c_contiguous else obj.tobytes())
+        if isinstance(obj, str):
+            return _framed(obj.encode("utf-8"))
+        if isinstance(obj, (int, float)):
+            raw = _number_bytes(obj)
+            return _pickled(obj) if raw is None else _framed(raw)
+        if isinstance(obj, Image):
+            return cls._serialize_image(obj)
+        if isinstance(obj, MediaWithBytes):
+            chunks = cls._serialize_media_with_bytes(obj)
+            if chunks is not None:
+                return chunks
+        if isinstance(obj, torch.Tensor):
+            return cls._serialize_tensor(obj)
+        if isinstance(obj, np.ndarray):
+            return cls._serialize_array(obj)
+        return _pickled(obj)
 
     @classmethod
-    def iter_item_to_bytes(cls, key: str, obj: object) -> Iterator[Atom]:
-        """The framed atoms of the entry ``key: obj`` within :meth:`hash_kwargs`' stream."""
-        out: list[Atom] = []
-        _frame(out, _encoded_key(key))
-        _append_framed(obj, out)
-        yield from out
+    def _serialize_image(cls, image: Image) -> Iterable[Chunk]:
+        image_id = _image_id_bytes(image)
+        if image_id is not None:
+            return _framed(image_id)
+        # The mode is read before the pixels, the palette after: loading can replace it.
+        parts: dict[str, Any] = {"mode": image.mode, "data": np.asarray(image)}
+        palette = image.palette
+        if palette is not None:
+            parts["palette"] = palette.palette
+            if palette.rawmode is not None:
+                parts["palette_rawmode"] = palette.rawmode
+        return cls.iter_item_to_bytes("image", parts)
 
     @classmethod
-    def hash_kwargs(cls, algorithm: MMHasherAlgorithm | str = "blake3", **kwargs: object) -> str:
-        """The hex digest of ``kwargs`` (keys sorted) under ``algorithm``."""
+    def _serialize_media_with_bytes(cls, wrapped: MediaWithBytes[Any]) -> Iterable[Chunk] | None:
+        media = wrapped.media
+        if isinstance(media, Image):
+            image_id = _image_id_bytes(media)
+            if image_id is not None:
+                return _framed(image_id)
+            if wrapped.io_config:
+                return cls.iter_item_to_bytes(
+                    "image", {"io_config": wrapped.io_config, "data": wrapped.original_bytes}
+                )
+            return cls.iter_item_to_bytes("image", wrapped.original_bytes)
+        if isinstance(media, (np.ndarray, torch.Tensor)):
+            # Decoded frames smaller than the file they came from are cheaper to hash.
+            if media.nbytes < len(wrapped.original_bytes):
+                return cls.iter_item_to_bytes("video", media)
+            return cls.iter_item_to_bytes("video", wrapped.original_bytes)
+        return None  # other media: the wrapper is hashed like any other object
+
+    @classmethod
+    def _serialize_tensor(cls, tensor: torch.Tensor) -> Iterable[Chunk]:
+        tensor = tensor.detach().cpu()
+        if tensor.is_conj() or tensor.is_neg():
+            tensor = tensor.resolve_conj().resolve_neg()
+        try:
+            array = None if tensor.dtype == torch.bfloat16 else tensor.numpy()
+        except TypeError:  # a dtype numpy lacks (float8...): hashed as bfloat16 is, by its bytes
+            array = None
+        if array is not None:
+            return cls.iter_item_to_bytes("tensor", array)
+        raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy()
+        return cls.iter_item_to_bytes(
+            "tensor",
+            {
+                "original_dtype": str(tensor.dtype),
+                "original_shape": tuple(tensor.shape),
+                "data": raw,
+            },
+        )
+
+    @classmethod
+    def _serialize_array(cls, array: np.ndarray) -> Iterable[Chunk]:
+        data: object
+        if array.ndim == 0:
+            data = array.item()
+        elif array.dtype.hasobject:
+            data = array.tolist()  # the elements, not their pointers (mediaref's encoding)
+        else:
+            # C-order bytes, the same for a strided view as for its contiguous copy.
+            data = np.ascontiguousarray(array).view(np.uint8).data
+        return cls.iter_item_to_bytes(
+            "ndarray", {"dtype": array.dtype.str, "shape": array.shape, "data": data}
+        )
+
+    @classmethod
+    def iter_item_to_bytes(cls, key: str, obj: object) -> Iterable[Chunk]:
+        """The chunks of the entry ``key: obj``."""
+        yield from _framed(key.encode("utf-8"))
+        yield from cls.iter_value_to_bytes(obj)
+
+    @classmethod
+    def iter_value_to_bytes(cls, obj: object) -> Iterable[Chunk]:
+        """The chunks of one value, tagged by its kind (see the module docstring)."""
+        if isinstance(obj, MediaRef):
+            yield _TAG_MEDIA_REF
+            yield from cls.serialize_item(obj)
+        elif obj is None:
+            yield _TAG_NONE
+        elif isinstance(obj, (list, tuple)):
+            yield _TAG_SEQUENCE
+            yield _length(len(obj))
+            for element in obj:
+                yield from cls.iter_value_to_bytes(element)
+        elif isinstance(obj, dict):
+            yield _TAG_MAPPING
+            yield _length(len(obj))
+            for key, value in obj.items():
+                yield from _framed(str(key).encode("utf-8"))
+                yield from cls.iter_value_to_bytes(value)
+        else:
+            yield _TAG_LEAF
+            yield from cls.serialize_item(obj)
+
+    @classmethod
+    def hash_kwargs(cls, algorithm: MMHasherAlgorithm | str, /, **kwargs: object) -> str:
+        """The hex digest, under ``algorithm``, of ``kwargs``' entries sorted by key."""
         try:
             digest = _HASHER_FACTORIES[algorithm]()
         except KeyError:
             raise ValueError(
-                f"unknown multimodal hash algorithm {algorithm!r}; "
-                f"choose one of {sorted(_HASHER_FACTORIES)}"
+                f"Unsupported hash algorithm: {algorithm!r}; choose one of "
+                f"{sorted(_HASHER_FACTORIES)}"
             ) from None
-        for atom in _framed_atoms(kwargs):
-            digest.update(atom)
+        for key in sorted(kwargs):
+            for chunk in cls.iter_item_to_bytes(key, kwargs[key]):
+                digest.update(chunk)
         return digest.hexdigest()
 
 

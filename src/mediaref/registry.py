@@ -1,29 +1,53 @@
-"""Model family -> its processing info, processor and dummy-inputs builder.
+"""Model -> its processing info, processor and dummy-inputs builder; and per-request stage timings.
 
-Families register with :meth:`MultiModalRegistry.register_processor` under the HF ``model_type``
-of their ``config.json``. The built-in families in :mod:`mediaref.models` are imported on the first
-lookup rather than at ``import mediaref``, so importing the package stays cheap.
+A vLLM model file registers its processor on its model class::
+
+    @MULTIMODAL_REGISTRY.register_processor(
+        MyProcessor, info=MyProcessingInfo, dummy_inputs=MyDummyInputsBuilder
+    )
+    class MyForConditionalGeneration(nn.Module, SupportsMultiModal): ...
+
+and the class's name is looked up in ``architectures`` of the model directory's config.json.
+mediaref's built-in families register under the HF ``model_type`` instead
+(:meth:`MultiModalRegistry.register_family`); ``ModelConfig.family`` picks one explicitly. The
+built-in families in :mod:`mediaref.models` are imported on the first lookup rather than at
+``import mediaref``, so importing the package stays cheap.
+
+The registry sits below processing: the factories it holds are opaque callables, and the
+processing context it hands them comes from the model config
+(``ModelConfig.create_processing_context``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from mediaref.exceptions import VLLMValidationError
 
 if TYPE_CHECKING:
     from mediaref.cache import BaseMultiModalProcessorCache
-    from mediaref.processing.context import BaseProcessingInfo, ModelConfig
+    from mediaref.processing.context import (
+        BaseProcessingInfo,
+        InputProcessingContext,
+        ModelConfig,
+    )
     from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
     from mediaref.processing.processor import BaseMultiModalProcessor
 
-_P = TypeVar("_P", bound="type[BaseMultiModalProcessor[Any]]")
+logger = logging.getLogger(__name__)
+
+N = TypeVar("N", bound=type)
+_I = TypeVar("_I", bound="BaseProcessingInfo")
+_I_co = TypeVar("_I_co", bound="BaseProcessingInfo", covariant=True)
 
 _BUILTIN_FAMILY_MODULES = (
     "mediaref.models.qwen2_vl",
@@ -32,37 +56,197 @@ _BUILTIN_FAMILY_MODULES = (
 )
 
 
-@dataclass(frozen=True)
-class ProcessorFactories:
-    """The three classes that make up one model family's processing."""
+# -- stage timings -------------------------------------------------------------------------------
 
-    processor: type[BaseMultiModalProcessor[Any]]
-    info: type[BaseProcessingInfo]
-    dummy_inputs: type[BaseDummyInputsBuilder[Any]]
+
+class _StageTimer:
+    """Adds a block's wall time to one stage of a :class:`TimingContext`."""
+
+    __slots__ = ("_stage", "_stage_secs", "_start")
+
+    def __init__(self, stage_secs: dict[str, float], stage: str) -> None:
+        self._stage_secs, self._stage, self._start = stage_secs, stage, 0.0
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc_info: object) -> None:
+        elapsed = time.perf_counter() - self._start
+        self._stage_secs[self._stage] = self._stage_secs.get(self._stage, 0.0) + elapsed
+
+
+_NOT_TIMED = contextlib.nullcontext()
+
+
+@dataclass
+class TimingContext:
+    """Seconds spent per processing stage of one request (recording is a no-op when disabled)."""
+
+    enabled: bool = True
+    stage_secs: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_secs(self) -> float:
+        return sum(self.stage_secs.values())
+
+    def record(self, stage: str) -> contextlib.AbstractContextManager[None]:
+        """Add the block's wall time to ``stage`` (stages repeat: their times add up)."""
+        if not self.enabled:
+            return _NOT_TIMED  # every request passes here several times: no generator frame
+        return _StageTimer(self.stage_secs, stage)
+
+    def get_stats_dict(self) -> dict[str, float]:
+        """``{"<stage>_secs": ..., "preprocessor_total_secs": ...}``."""
+        stats = {f"{stage}_secs": secs for stage, secs in self.stage_secs.items()}
+        stats["preprocessor_total_secs"] = self.total_secs
+        return stats
+
+
+_MAX_PENDING_TIMINGS = 1 << 16
+"""Requests whose timings wait for :meth:`MultiModalTimingRegistry.stat` (the oldest are dropped
+beyond this, so a server that never reads them does not grow without bound)."""
+
+
+class MultiModalTimingRegistry:
+    """Per-request :class:`TimingContext` s, collected when ``enable_mm_processor_stats`` is set."""
+
+    def __init__(self, observability_config: Any | None) -> None:
+        self._enabled = bool(getattr(observability_config, "enable_mm_processor_stats", False))
+        self._lock = threading.Lock()
+        self._by_request: OrderedDict[str, TimingContext] = OrderedDict()
+
+    def get(self, request_id: str) -> TimingContext:
+        """The request's context (the same one on every call until :meth:`stat`); a disabled
+        one when stats are off."""
+        if not self._enabled:
+            return TimingContext(enabled=False)
+        with self._lock:
+            ctx = self._by_request.get(request_id)
+            if ctx is None:
+                ctx = self._by_request[request_id] = TimingContext()
+                if len(self._by_request) > _MAX_PENDING_TIMINGS:
+                    self._by_request.popitem(last=False)
+            return ctx
+
+    def stat(self) -> dict[str, dict[str, float]]:
+        """Each request's stats since the last call, then forget them."""
+        if not self._enabled:
+            return {}
+        with self._lock:
+            stats = {rid: ctx.get_stats_dict() for rid, ctx in self._by_request.items()}
+            self._by_request.clear()
+            return stats
+
+
+# -- factories ------------------------------------------------------------------------------------
+
+
+class ProcessingInfoFactory(Protocol[_I_co]):
+    """Builds a model's processing info from its processing context."""
+
+    def __call__(self, ctx: InputProcessingContext) -> _I_co: ...
+
+
+class DummyInputsBuilderFactory(Protocol[_I]):
+    """Builds a model's dummy-inputs builder from its processing info."""
+
+    def __call__(self, info: _I) -> BaseDummyInputsBuilder[_I]: ...
+
+
+class MultiModalProcessorFactory(Protocol[_I]):
+    """Builds a model's multimodal processor from its processing info and dummy-inputs builder."""
+
+    def __call__(
+        self, info: _I, dummy_inputs: BaseDummyInputsBuilder[_I]
+    ) -> BaseMultiModalProcessor[_I]: ...
+
+
+@dataclass(frozen=True)
+class _ProcessorFactories(Generic[_I]):
+    info: ProcessingInfoFactory[_I]
+    processor: MultiModalProcessorFactory[_I]
+    dummy_inputs: DummyInputsBuilderFactory[_I]
+    model_cls: type | None = None
+
+    def build_processor(self, ctx: InputProcessingContext) -> BaseMultiModalProcessor[_I]:
+        info = self.info(ctx)
+        return self.processor(info, self.dummy_inputs(info))
+
+
+ProcessorFactories = _ProcessorFactories
+"""The factories of one registered model (``info``, ``processor``, ``dummy_inputs``)."""
+
+
+def _read_model_json(model_config: ModelConfig) -> dict[str, Any]:
+    config_path = Path(model_config.model) / "config.json"
+    try:
+        loaded = json.loads(config_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise VLLMValidationError(f"cannot read {config_path}: {exc}", parameter="model") from exc
+    if not isinstance(loaded, dict):
+        raise VLLMValidationError(f"{config_path} is not a JSON object", parameter="model")
+    return loaded
 
 
 class MultiModalRegistry:
-    """Looks up and builds the multimodal processor for a model."""
+    """Dispatches multimodal processing to the model's registered processor."""
 
     def __init__(self, builtin_modules: tuple[str, ...] = ()) -> None:
         """``builtin_modules`` are imported on first lookup; they register with this registry
         by importing it, so only the process-wide :data:`MULTIMODAL_REGISTRY` names them."""
-        self._families: dict[str, ProcessorFactories] = {}
+        self._families: dict[str, _ProcessorFactories[Any]] = {}
+        self._architectures: dict[str, _ProcessorFactories[Any]] = {}
         self._builtin_modules = builtin_modules
         self._builtins_loaded = False
         self._lock = threading.Lock()
 
+    # -- registration ----------------------------------------------------------------------
+
     def register_processor(
+        self,
+        processor: MultiModalProcessorFactory[_I],
+        *,
+        info: ProcessingInfoFactory[_I],
+        dummy_inputs: DummyInputsBuilderFactory[_I],
+    ) -> Any:
+        """Class decorator for a model class: its multimodal processor, built lazily from these
+        factories for a model whose config.json lists the class's name in ``architectures``."""
+
+        if isinstance(processor, str):
+            raise TypeError(
+                "register_processor takes the processor factory and decorates a model class "
+                f"(vLLM's signature); to register {processor!r} as an HF model_type, use "
+                "register_family"
+            )
+
+        def wrapper(model_cls: N) -> N:
+            if "_processor_factory" in model_cls.__dict__:
+                logger.warning(
+                    "Model class %s already has a multi-modal processor registered to %s. "
+                    "It is overwritten by the new one.",
+                    model_cls,
+                    self,
+                )
+            factories = _ProcessorFactories(info, processor, dummy_inputs, model_cls)
+            model_cls._processor_factory = factories  # type: ignore[attr-defined]
+            self._architectures[model_cls.__name__] = factories
+            return model_cls
+
+        return wrapper
+
+    def register_family(
         self,
         family: str,
         *,
-        info: type[BaseProcessingInfo],
-        dummy_inputs: type[BaseDummyInputsBuilder[Any]],
-    ) -> Callable[[_P], _P]:
-        """Class decorator: register a processor class for the ``family`` (HF ``model_type``)."""
+        info: ProcessingInfoFactory[_I],
+        dummy_inputs: DummyInputsBuilderFactory[_I],
+    ) -> Any:
+        """Class decorator for a processor class: register it for the HF ``model_type``
+        ``family`` (mediaref's way for families that have no model class)."""
 
-        def register(processor_cls: _P) -> _P:
-            self._families[family] = ProcessorFactories(processor_cls, info, dummy_inputs)
+        def register(processor_cls: N) -> N:
+            factory = cast("MultiModalProcessorFactory[_I]", processor_cls)
+            self._families[family] = _ProcessorFactories(info, factory, dummy_inputs)
             return processor_cls
 
         return register
@@ -74,6 +258,8 @@ class MultiModalRegistry:
                     importlib.import_module(module)
                 self._builtins_loaded = True
 
+    # -- lookup ----------------------------------------------------------------------------
+
     @property
     def families(self) -> list[str]:
         self._load_builtins()
@@ -83,23 +269,31 @@ class MultiModalRegistry:
         """The configured family, else the ``model_type`` in the model directory's config.json."""
         if model_config.family is not None:
             return model_config.family
-        config_path = Path(model_config.model) / "config.json"
-        try:
-            return str(json.loads(config_path.read_text())["model_type"])
-        except (OSError, ValueError, KeyError) as exc:
+        model_type = _read_model_json(model_config).get("model_type")
+        if not isinstance(model_type, str):
             raise VLLMValidationError(
-                f"cannot read model_type from {config_path}: {exc}", parameter="model"
-            ) from exc
+                f"cannot read 'model_type' from {Path(model_config.model) / 'config.json'}",
+                parameter="model",
+            )
+        return model_type
 
-    def get_factories(self, model_config: ModelConfig) -> ProcessorFactories:
+    def get_factories(self, model_config: ModelConfig) -> _ProcessorFactories[Any]:
+        """The model's factories: by ``family`` when set, else by the first registered
+        architecture in config.json, else by its ``model_type``."""
         self._load_builtins()
+        if model_config.family is None:
+            architectures = _read_model_json(model_config).get("architectures") or []
+            for architecture in architectures:
+                if architecture in self._architectures:
+                    return self._architectures[architecture]
         family = self.get_family(model_config)
         try:
             return self._families[family]
         except KeyError:
+            registered = sorted(self._families) + sorted(self._architectures)
             raise VLLMValidationError(
                 f"no multimodal processor is registered for {family!r} "
-                f"(registered: {', '.join(sorted(self._families))})",
+                f"(registered: {', '.join(registered)})",
                 parameter="model",
             ) from None
 
@@ -107,14 +301,48 @@ class MultiModalRegistry:
         """Whether the model's family can leave rescale + normalize to the device (False for a
         model no family is registered for, or whose directory cannot be read)."""
         try:
-            info_cls = self.get_factories(model_config).info
+            factories = self.get_factories(model_config)
         except VLLMValidationError:
             return False
-        return bool(info_cls.supports_mm_device_do_normalize)
+        owners = (factories.model_cls, factories.info)
+        return any(
+            bool(getattr(owner, "supports_mm_device_do_normalize", False)) for owner in owners
+        )
 
     def supports_multimodal_inputs(self, model_config: ModelConfig) -> bool:
-        self._load_builtins()
-        return self.get_family(model_config) in self._families
+        try:
+            self.get_factories(model_config)
+        except VLLMValidationError:
+            return False
+        return True
+
+    # -- building --------------------------------------------------------------------------
+
+    def _create_processing_ctx(
+        self, model_config: ModelConfig, tokenizer: Any | None = None
+    ) -> InputProcessingContext:
+        return model_config.create_processing_context(tokenizer)
+
+    def get_processing_info(self, model_config: ModelConfig) -> BaseProcessingInfo:
+        """The model's processing info, over a new context that loads the model's files."""
+        factories = self.get_factories(model_config)
+        info: BaseProcessingInfo = factories.info(self._create_processing_ctx(model_config))
+        return info
+
+    def create_processor(
+        self,
+        model_config: ModelConfig,
+        *,
+        tokenizer: Any | None = None,
+        cache: BaseMultiModalProcessorCache | None = None,
+    ) -> BaseMultiModalProcessor[Any]:
+        """A processor for the model (``tokenizer``: None loads the model's own), loading its
+        HF files offline. ``cache`` (mediaref) is the cache :meth:`~BaseMultiModalProcessor.build_inputs`
+        hands the processor's inputs."""
+        factories = self.get_factories(model_config)
+        processor = factories.build_processor(self._create_processing_ctx(model_config, tokenizer))
+        processor.cache = cache
+        return processor
 
     def processor_cache_from_config(
         self, model_config: ModelConfig
@@ -124,19 +352,18 @@ class MultiModalRegistry:
 
         return processor_cache_from_config(model_config)
 
-    def create_processor(
-        self,
-        model_config: ModelConfig,
-        *,
-        cache: BaseMultiModalProcessorCache | None = None,
-    ) -> BaseMultiModalProcessor[Any]:
-        """A processor for the model, loading its HF processor offline from the model directory."""
-        factories = self.get_factories(model_config)
-        info = factories.info.from_model_config(model_config)
-        return factories.processor(info, factories.dummy_inputs(info), cache=cache)
-
 
 MULTIMODAL_REGISTRY = MultiModalRegistry(_BUILTIN_FAMILY_MODULES)
 """The process-wide registry the built-in families register with."""
 
-__all__ = ["MULTIMODAL_REGISTRY", "MultiModalRegistry", "ProcessorFactories"]
+__all__ = [
+    "MULTIMODAL_REGISTRY",
+    "DummyInputsBuilderFactory",
+    "MultiModalProcessorFactory",
+    "MultiModalRegistry",
+    "MultiModalTimingRegistry",
+    "N",
+    "ProcessingInfoFactory",
+    "ProcessorFactories",
+    "TimingContext",
+]

@@ -37,16 +37,16 @@ from aiohttp import web
 from PIL import Image
 
 from _image_samples import encode, png_bomb
-from mediaref.entrypoints.chat_utils import (
-    apply_chat_template,
-    parse_chat_messages_async,
-)
 from mediaref.inputs import MultiModalInputs
 from mediaref.media._transport.http_client import MediaHTTPClient
 from mediaref.media.connector import MediaConnector
 from mediaref.models.builtin import builtin_model_path
 from mediaref.processing.context import ModelConfig
 from mediaref.renderers.base import BaseRenderer, MultiModalRequest
+from mediaref.renderers.chat_utils import (
+    apply_chat_template,
+    parse_chat_messages_async,
+)
 
 WAIT_S = 60.0
 BOMB_DECODED_BYTES = 256 * 1024 * 1024
@@ -364,7 +364,7 @@ class Stack:
         start = time.perf_counter()
         try:
             conversation, mm_data, mm_uuids = await parse_chat_messages_async(
-                request.messages(), config, self.connector(origin)
+                request.messages(), config, connector=self.connector(origin)
             )
             prompt = apply_chat_template(config, conversation)
             output = await self.renderers[request.model].process_multimodal_async(

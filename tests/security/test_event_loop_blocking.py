@@ -13,11 +13,11 @@ from typing import Any
 
 import jinja2
 
-from mediaref.entrypoints import _chat_template
-from mediaref.entrypoints.chat_utils import parse_chat_messages_async
 from mediaref.models.builtin import builtin_model_path
 from mediaref.models.qwen2_vl import Qwen2VLProcessingInfo
 from mediaref.processing.context import InputProcessingContext, ModelConfig
+from mediaref.renderers.chat_utils import _template as _chat_template
+from mediaref.renderers.chat_utils import parse_chat_messages_async
 
 STALL_S = 0.5
 TICK_S = 0.01

@@ -48,7 +48,7 @@ def unpooled_threads() -> list[str]:
 @pytest.fixture
 def mix_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (
-        "VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS",
+        "MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS",
         "VLLM_MEDIA_CACHE",
         "http_proxy",
         "HTTP_PROXY",

@@ -202,6 +202,33 @@ def test_a_gif_frame_larger_than_pillows_own_limit_is_too_large_even_without_our
         ImageMediaIO().load_bytes_ref(gif_with_frame(screen=(16, 16), frame=(100, 100)))
 
 
+# Found by test_image_fuzz: a first frame whose graphic control extension asks for disposal makes
+# Pillow's open allocate the frame's disposal canvas, so a GIF's key must not come from Pillow.
+GIF_WITH_DISPOSAL = (
+    b"GIF89a\x08\x00\x08\x00\x81\x00\x00\xff\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+    b"!\xf9\x04\x08\n\x00\x00\x00,\x00\x00\x00\x00\x08\x00\x08\x00\x00\x08\x0f\x00\x01\x08"
+    b"\x1cH\xb0\xa0\xc1\x83\x08\x13*L\x18\x10\x00;"
+)
+
+
+def test_a_gifs_key_allocates_no_raster(pixel_work: PixelWork) -> None:
+    ref = ImageMediaIO().load_bytes_ref(GIF_WITH_DISPOSAL)
+    assert (pixel_work.loads, pixel_work.cores_allocated) == (0, 0)
+    assert ref.decode().size == (8, 8)
+
+
+def test_a_gif_first_frame_declaring_a_huge_canvas_is_refused_unallocated(
+    pixel_work: PixelWork,
+) -> None:
+    data = bytearray(GIF_WITH_DISPOSAL)
+    descriptor = data.index(b",")
+    data[descriptor + 5 : descriptor + 9] = struct.pack("<HH", 65535, 65535)
+    pixel_work.restart()
+    with pytest.raises(MediaTooLargeError, match="65535x65535"):
+        ImageMediaIO().load_bytes_ref(bytes(data))
+    assert (pixel_work.loads, pixel_work.cores_allocated) == (0, 0)
+
+
 def test_only_the_first_frame_of_a_gif_is_decoded_however_large_the_later_ones(
     pixel_work: PixelWork,
 ) -> None:

@@ -17,7 +17,6 @@ from PIL import Image
 from _http_server import MediaServer
 from _image_samples import encode
 from _raw_media import RawMediaIO
-from mediaref.entrypoints.chat_utils import MultiModalItemTracker
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media._transport.http_client import MediaHTTPClient
 from mediaref.media.connector import (
@@ -27,6 +26,7 @@ from mediaref.media.connector import (
 )
 from mediaref.models.builtin import builtin_model_path
 from mediaref.processing.context import ModelConfig
+from mediaref.renderers.chat_utils import MultiModalItemTracker
 
 MIB = 1024 * 1024
 KB_100 = os.urandom(100 * 1024)
@@ -145,7 +145,7 @@ def _png(size: int, seed: int) -> bytes:
 def test_the_chat_tracker_gives_each_request_its_own_budget(
     media_server: MediaServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS", "1")
+    monkeypatch.setenv("MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS", "1")
     monkeypatch.setenv("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB", "0.25")
     url = media_server.add_file("a.png", _png(160, 0))  # about 77 KB
     config = ModelConfig(model=str(builtin_model_path("qwen2_vl")))
@@ -154,16 +154,18 @@ def test_the_chat_tracker_gives_each_request_its_own_budget(
     second = MultiModalItemTracker(config)
     assert first.download_budget is not second.download_budget
     assert first.connector.download_budget is first.download_budget
+    parser = first.create_parser()
     for _ in range(2):
-        first.add("image", url)
-    first.all_mm_data()
+        parser.parse_image(url)
+    first.resolve_items()
     assert first.download_budget.used == 2 * len(_png(160, 0))
     # Requests do not share: the next one starts from zero.
-    second.add("image", url)
-    second.all_mm_data()
+    second.create_parser().parse_image(url)
+    second.resolve_items()
     assert second.download_budget.used == len(_png(160, 0))
     over = MultiModalItemTracker(config)
+    over_parser = over.create_parser()
     for _ in range(2):
-        over.add("image", media_server.add_file("b.png", _png(220, 1)))  # about 145 KB each
+        over_parser.parse_image(media_server.add_file("b.png", _png(220, 1)))  # about 145 KB each
     with pytest.raises(MediaTooLargeError, match="VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB"):
-        over.all_mm_data()
+        over.resolve_items()

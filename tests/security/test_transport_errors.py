@@ -55,6 +55,7 @@ _TRANSPORT_MODULES = [
     "mediaref.media._transport.http_download",
     "mediaref.media._transport.local_file",
     "mediaref.media._transport.loop_thread",
+    "mediaref.media._transport.payload",
     "mediaref.media._transport.url_policy",
     "mediaref.media.connector",
 ]
@@ -63,6 +64,7 @@ _NOT_FETCH_ERRORS = {
     ("mediaref.media._transport.loop_thread", "RuntimeError"),  # sync fetch on the fetch loop
     ("mediaref.media._transport.budget", "TypeError"),  # a budget built with a bad limit
     ("mediaref.media._transport.http_download", "AssertionError"),  # unreachable
+    ("mediaref.media.connector", "AttributeError"),  # the module's lazy names: no such name
 }
 
 

@@ -1,11 +1,13 @@
-"""Caches of processed multimodal items, keyed by item hash and bounded by bytes.
+"""Caches of processed multimodal items, keyed by item hash (vLLM's ``vllm.multimodal.cache``).
 
-Three caches share one protocol (:class:`BaseMultiModalCache`, whose docstring explains why the
-order of ``get_and_update`` calls matters):
+Which cache a deployment builds (:mod:`mediaref.cache.factories`):
 
 - :class:`MultiModalProcessorOnlyCache`: the frontend keeps whole items; nothing is mirrored.
-- :class:`MultiModalProcessorSenderCache` (frontend) and :class:`MultiModalReceiverCache`
-  (engine core): the frontend keeps sizes only and sends ``None`` for items the engine core holds.
+- :class:`LruKeyReplicatedSenderCache` (frontend) and :class:`LruKeyReplicatedReceiverCache`
+  (engine core): the frontend keeps sizes only and sends ``None`` for items the engine core holds
+  (the protocol, and why call order matters, is on :class:`~mediaref.cache.base.BaseMultiModalCache`).
+- :class:`ShmObjectStoreSenderCache` (frontend) and :class:`ShmObjectStoreReceiverCache`
+  (workers): items live once in shared memory; the workers get signed handles.
 
 The budget is ``mm_processor_cache_gb`` GiB (default ``MEDIAREF_MM_PROCESSOR_CACHE_GB``, 4; 0 stores
 nothing). An item larger than the whole budget is served but not stored, and evicts nothing.
@@ -13,29 +15,42 @@ nothing). An item larger than the whole budget is served but not stored, and evi
 
 from __future__ import annotations
 
-from mediaref.cache._base import (
+from mediaref.cache.base import (
     BaseMultiModalCache,
     BaseMultiModalProcessorCache,
     BaseMultiModalReceiverCache,
     CacheInfo,
+    MultiModalCache,
+    MultiModalCacheMissError,
     MultiModalFeatureLike,
-)
-from mediaref.cache._errors import MultiModalCacheMissError
-from mediaref.cache._items import (
     MultiModalProcessorCacheInItem,
     MultiModalProcessorCacheItem,
     MultiModalProcessorCacheItemMetadata,
     MultiModalProcessorCacheOutItem,
+    MultiModalProcessorOnlyCache,
 )
-from mediaref.cache._mirror import MultiModalProcessorSenderCache, MultiModalReceiverCache
-from mediaref.cache._processor_only import MultiModalProcessorOnlyCache
-from mediaref.cache.factories import processor_cache_from_config, processor_only_cache_from_config
+from mediaref.cache.factories import (
+    engine_receiver_cache_from_config,
+    processor_cache_from_config,
+    processor_only_cache_from_config,
+    worker_receiver_cache_from_config,
+)
+from mediaref.cache.lru import (
+    LruKeyReplicatedReceiverCache,
+    LruKeyReplicatedSenderCache,
+    MultiModalProcessorSenderCache,
+    MultiModalReceiverCache,
+)
+from mediaref.cache.shm import ShmObjectStoreReceiverCache, ShmObjectStoreSenderCache
 
 __all__ = [
     "BaseMultiModalCache",
     "BaseMultiModalProcessorCache",
     "BaseMultiModalReceiverCache",
     "CacheInfo",
+    "LruKeyReplicatedReceiverCache",
+    "LruKeyReplicatedSenderCache",
+    "MultiModalCache",
     "MultiModalCacheMissError",
     "MultiModalFeatureLike",
     "MultiModalProcessorCacheInItem",
@@ -45,6 +60,10 @@ __all__ = [
     "MultiModalProcessorOnlyCache",
     "MultiModalProcessorSenderCache",
     "MultiModalReceiverCache",
+    "ShmObjectStoreReceiverCache",
+    "ShmObjectStoreSenderCache",
+    "engine_receiver_cache_from_config",
     "processor_cache_from_config",
     "processor_only_cache_from_config",
+    "worker_receiver_cache_from_config",
 ]

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from mediaref.exceptions import MediaRefError
 
 
-class MultiModalCacheMissError(MediaRefError, LookupError):
+class MultiModalCacheMissError(MediaRefError, LookupError, RuntimeError):
     """Items were expected in the cache (sent as ``None``) but are not there.
 
     On the engine core this means the frontend's mirror and the engine-core cache have drifted
@@ -16,8 +16,11 @@ class MultiModalCacheMissError(MediaRefError, LookupError):
     stale ``is_cached`` answer. ``mm_hashes`` lists every missing hash of the batch, in order, so
     one retry with the data attached recovers the whole request.
 
-    A :class:`LookupError` (not :class:`KeyError`, whose ``str()`` quotes the message) because it
+    A :class:`RuntimeError`, as vLLM's is, so callers catching that keep working; also a
+    :class:`LookupError` (not :class:`KeyError`, whose ``str()`` quotes the message) because it
     is a failed lookup by key; a server error (500) because drift is never the client's fault.
+    The engine answers it by having the frontend :meth:`invalidate` the hashes and the client
+    retry with the data attached.
     """
 
     def __init__(self, mm_hashes: Iterable[str]) -> None:

@@ -26,27 +26,26 @@ class MultiModalProcessorCacheItem:
 
     @property
     def nbytes(self) -> int:
+        """The item's bytes plus a flat estimate per prompt update (mediaref addition: vLLM counts
+        the item alone)."""
         return estimate_nbytes(self.item) + PROMPT_UPDATE_NBYTES * len(self.prompt_updates)
 
 
-@dataclass(frozen=True)
 class MultiModalProcessorCacheItemMetadata:
-    """One processed item as :class:`~mediaref.cache.MultiModalProcessorSenderCache` keeps it.
+    """One processed item as :class:`~mediaref.cache.LruKeyReplicatedSenderCache` keeps it.
 
-    The engine core holds the tensors; the frontend keeps only their size, which is what it needs
-    to evict exactly as the engine core does, and the prompt updates, which it needs itself.
+    The engine core holds the tensors; the frontend keeps only their size (``item_size``), which
+    is what it needs to evict exactly as the engine core does, and the prompt updates, which it
+    needs itself (for some models they depend on the processed tensors).
     """
 
-    item_size: int
-    prompt_updates: Sequence[Any]
+    __slots__ = ("item_size", "prompt_updates")
 
-    @classmethod
-    def wraps(
-        cls, item: MultiModalKwargsItem, prompt_updates: Sequence[Any]
-    ) -> MultiModalProcessorCacheItemMetadata:
+    def __init__(self, item: MultiModalKwargsItem, prompt_updates: Sequence[Any]) -> None:
         # The same measure the receiver applies to the full item: equal sizes on both sides are
         # half of the mirroring contract (the other half is the order of operations).
-        return cls(item_size=estimate_nbytes(item), prompt_updates=prompt_updates)
+        self.item_size = estimate_nbytes(item)
+        self.prompt_updates = prompt_updates
 
 
 MultiModalProcessorCacheInItem = tuple[MultiModalKwargsItem, Sequence[Any]] | None

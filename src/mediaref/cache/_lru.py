@@ -73,6 +73,15 @@ class ByteBudgetLRU(Generic[_K, _V]):
         return self._capacity_bytes
 
     @property
+    def maxsize(self) -> int:
+        """The byte budget (cachetools' name for it)."""
+        return self._capacity_bytes
+
+    def getsizeof(self, value: _V) -> int:
+        """The size ``value`` would count against the budget."""
+        return self._getsizeof(value)
+
+    @property
     def size_bytes(self) -> int:
         """The bytes currently stored."""
         return int(self._entries.currsize)
@@ -108,9 +117,11 @@ class ByteBudgetLRU(Generic[_K, _V]):
         self._entries[key] = _Sized(value, nbytes)
         return True
 
-    def pop(self, key: _K) -> _V | None:
+    put_if_fits = put
+
+    def pop(self, key: _K, default: _V | None = None) -> _V | None:
         entry = self._entries.pop(key, None)
-        return None if entry is None else entry.value
+        return default if entry is None else entry.value
 
     def clear(self) -> None:
         self._entries.clear()

@@ -1,5 +1,5 @@
-"""Entry points on top of the multimodal layer: OpenAI-style chat-message parsing.
+"""Entry points on top of the multimodal layer (vLLM's pre-0.33 paths).
 
-:mod:`mediaref.entrypoints.chat_utils` turns chat messages into a conversation for the model's
-chat template plus lazy media references for the renderer.
+:mod:`mediaref.entrypoints.chat_utils` re-exports :mod:`mediaref.renderers.chat_utils`, where
+vLLM 0.33 moved the chat utilities.
 """

@@ -3,6 +3,11 @@
 A :class:`MediaRef` is what travels from fetch to processor. Its ``key`` is computed from the
 encoded payload and the :class:`DecodeSpec` (never from decoded content), so a processor-cache hit
 is recognised without paying for a decode, and misses decode later, in parallel.
+
+vLLM's other names at this path are here too: :class:`MediaIO` (with ``merge_kwargs``),
+``MediaDecodedBudget`` (from :mod:`mediaref.media.decode_budget`) and ``MediaWithBytes``, vLLM's
+decoded-media wrapper, which forwards attribute access to its media as vLLM's does and which
+mediaref's decoders never return (a ``MediaRef`` forwards nothing).
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 import pybase64
 
 from mediaref.exceptions import MediaClientError, MediaTooLargeError
+from mediaref.media._media_with_bytes import MediaWithBytes
 from mediaref.media._shared_decode import SharedDecode
+from mediaref.media.decode_budget import MediaDecodedBudget
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")
@@ -280,6 +287,21 @@ class MediaIO(ABC, Generic[_T]):
 
     modality: ClassVar[str]
 
+    @classmethod
+    def merge_kwargs(
+        cls, default_kwargs: Mapping[str, Any] | None, runtime_kwargs: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """The kwargs a decoder is built with: the deployment's ``default_kwargs`` (the
+        ``--media-io-kwargs`` of this modality) with the request's ``runtime_kwargs`` on top.
+
+        A shallow merge: a key the request sets replaces the default's whole value. A subclass
+        whose settings depend on each other overrides this (vLLM's video decoder drops ``fps``
+        when a request sets ``num_frames``, and the reverse).
+        """
+        merged = dict(default_kwargs or {})
+        merged.update(runtime_kwargs or {})
+        return merged
+
     @abstractmethod
     def load_bytes(self, data: bytes) -> _T: ...
 
@@ -316,8 +338,16 @@ class MediaIO(ABC, Generic[_T]):
 
         The connector's ``data:`` URLs refuse the same text with the same error type and reason
         ("invalid base64 payload"); a decoder taking base64 directly must not let ``binascii``'s
-        error escape unmapped.
+        error escape unmapped. Text that would decode to more than :meth:`get_max_bytes` is
+        refused (:class:`MediaTooLargeError`) before anything is decoded: strict base64 is
+        exactly 4 characters for every 3 bytes.
         """
+        cap = self.get_max_bytes()
+        if cap is not None and len(text) > 4 * ((cap + 2) // 3):
+            raise MediaTooLargeError(
+                f"{self.modality} payload of about {len(text) * 3 // 4} bytes (base64) exceeds "
+                f"the {cap}-byte limit"
+            )
         try:
             return pybase64.b64decode(text, validate=True)
         except ValueError as exc:  # binascii.Error, or non-ASCII text
@@ -330,8 +360,10 @@ class MediaIO(ABC, Generic[_T]):
 __all__ = [
     "JPEG_FRAMES_MEDIA_TYPE",
     "DecodeSpec",
+    "MediaDecodedBudget",
     "MediaIO",
     "MediaRef",
+    "MediaWithBytes",
     "derive_identity_key",
     "derive_media_key",
     "is_jpeg_frames",

@@ -19,6 +19,12 @@ the download on a private event loop thread (so it also works when called from a
 loop is running), the async driver awaits it and builds refs on the media pool, because deriving
 a key is linear in the payload.
 
+vLLM's calls keep working: ``fetch_image(url)``, ``fetch_video(url, video_processor=...)`` and
+``fetch_audio(url)`` without a decoder build vLLM's default one (charging the connector's
+``decoded_budget``) and still return a lazy ref. ``fetch_*_embedding(data)`` load base64
+embeddings at once, as vLLM's do. ``MODALITY_IO_MAP``, ``merge_media_io_kwargs`` and
+``global_thread_pool`` (the shared media pool, created on first use) are vLLM's module names.
+
 Errors are :mod:`mediaref.exceptions` types naming the URL and the reason: refused scheme, domain,
 address or path -> ``MediaNotAllowedError``; over a cap or the budget -> ``MediaTooLargeError``;
 404/410 or a missing file -> ``MediaNotFoundError``; another client fault (malformed URL or
@@ -32,109 +38,56 @@ base64 text goes to the decoders as is: whatever decoder it reaches, malformed b
 from __future__ import annotations
 
 import asyncio
-import binascii
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mediaref import envs
+from mediaref.media._default_decoders import (
+    default_audio_io,
+    default_image_io,
+    default_video_io,
+    load_embedding,
+    merge_media_io_kwargs,
+    modality_io_map,
+)
 from mediaref.media._transport.budget import (
     MediaRequestDownloadBudget,
     MediaRequestDownloadSizeExceededError,
 )
-from mediaref.media._transport.data_url import DataURL, parse_data_url
-from mediaref.media._transport.disk_cache import DiskCache
-from mediaref.media._transport.errors import (
-    RefusedError,
-    map_transport_error,
-    transport_errors,
-)
+from mediaref.media._transport.data_url import parse_data_url
+from mediaref.media._transport.errors import RefusedError, transport_errors
 from mediaref.media._transport.http_client import MediaHTTPClient, default_http_client
 from mediaref.media._transport.http_download import DownloadRequest, download
 from mediaref.media._transport.local_file import LocalMediaRoot
 from mediaref.media._transport.loop_thread import run_sync
+from mediaref.media._transport.payload import (
+    Payload,
+    disk_cache_from_env,
+    download_max_bytes,
+    fetch_timeout_seconds,
+    scheme_of,
+    strictest_max_bytes,
+)
 from mediaref.media._transport.url_policy import HTTP_SCHEMES, URLPolicy, parse_http_url
 from mediaref.media.base import MediaIO, MediaRef, is_jpeg_frames
+from mediaref.media.decode_budget import MediaDecodedBudget
 from mediaref.media.executor import get_media_executor
 from mediaref.media.extensions import ExtensionManager
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    MODALITY_IO_MAP: dict[str, type[MediaIO[Any]]]
+    global_thread_pool: ThreadPoolExecutor
 
 _M = TypeVar("_M")
 _V = TypeVar("_V")
 _A = TypeVar("_A")
 
-_FETCH_TIMEOUT_SETTINGS = {
-    "image": "VLLM_IMAGE_FETCH_TIMEOUT",
-    "video": "VLLM_VIDEO_FETCH_TIMEOUT",
-    "audio": "VLLM_AUDIO_FETCH_TIMEOUT",
-}
-_MAX_SCHEME_CHARS = 32
-
-
-def _scheme_of(url: str) -> str:
-    # Only the first few characters are looked at: a data: URL can be megabytes long, and
-    # partition() or "in" would copy or scan all of it.
-    colon = url.find(":", 0, _MAX_SCHEME_CHARS)
-    return url[:colon].lower() if colon > 0 else ""
-
-
-def _smallest(*caps: int | None) -> int | None:
-    present = [cap for cap in caps if cap is not None]
-    return min(present) if present else None
-
-
-def _strictest_max_bytes(media_ios: Sequence[MediaIO[Any]]) -> int | None:
-    """The smallest encoded-size cap among ``media_ios`` (None when none of them has one)."""
-    return _smallest(*(io.get_max_bytes() for io in media_ios))
-
-
-def _download_max_bytes(decoder_max_bytes: int | None) -> int | None:
-    """A download's cap: ``VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB`` or the decoders', if smaller."""
-    return _smallest(envs.size_cap_bytes("VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB"), decoder_max_bytes)
-
-
-def _fetch_timeout_seconds(media_io: MediaIO[Any]) -> float:
-    setting = _FETCH_TIMEOUT_SETTINGS.get(media_io.modality, "VLLM_IMAGE_FETCH_TIMEOUT")
-    return float(getattr(envs, setting))
-
-
-def _disk_cache_from_env() -> DiskCache | None:
-    directory = envs.VLLM_MEDIA_CACHE
-    if directory is None:
-        return None
-    return DiskCache(
-        directory,
-        max_bytes=envs.size_cap_bytes("VLLM_MEDIA_CACHE_MAX_SIZE_MB") or 0,
-        ttl_seconds=envs.VLLM_MEDIA_CACHE_TTL_HOURS * 3600.0,
-    )
-
-
-@dataclass(frozen=True)
-class _Payload:
-    """What the transport produced: the bytes, or a base64 form that the decoders take as is."""
-
-    data: bytes = b""
-    base64_form: DataURL | None = None
-
-    def build_refs(self, media_ios: Sequence[MediaIO[Any]]) -> list[MediaRef[Any]]:
-        form = self.base64_form
-        if form is None:
-            # One payload, one ref per decoder: the bytes are shared, not copied.
-            return [io.load_bytes_ref(self.data) for io in media_ios]
-        text = form.base64_text
-        refs: list[MediaRef[Any]] = []
-        for io in media_ios:
-            try:
-                refs.append(io.load_base64_ref(form.media_type, text))
-            except binascii.Error as exc:
-                # A decoder without a base64-frames form decodes the text at once; malformed
-                # base64 is then the client's, as for every other data: URL, whatever decoder
-                # (and wherever it runs) found it.
-                raise map_transport_error(exc, form.url) from exc
-        return refs
-
-
 # A planned load: an http(s) download, or a local read to run where blocking is acceptable.
-_Plan = DownloadRequest | Callable[[], _Payload]
+_Plan = DownloadRequest | Callable[[], Payload]
 
 MEDIA_CONNECTOR_REGISTRY: ExtensionManager[MediaConnector] = ExtensionManager("media connector")
 """Connector classes by name; a server builds ``VLLM_MEDIA_CONNECTOR``'s (default "http")."""
@@ -152,10 +105,14 @@ class MediaConnector:
     ``connection`` is the HTTP client whose pooled sessions downloads use (default: the
     process-wide one). ``allowed_local_media_path`` enables ``file:`` URLs under that directory.
     A non-empty ``allowed_media_domains`` restricts http(s) hosts, on every redirect hop.
-    ``allow_private_ips`` (default ``VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS``, read per fetch) permits
+    ``allow_private_ips`` (default ``MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS``, read per fetch) permits
     loopback, private, link-local and other non-public addresses. ``download_budget`` is the
     request's :class:`MediaRequestDownloadBudget`, shared by its downloads (None: no request-wide
-    limit; each download still has its own cap).
+    limit; each download still has its own cap). ``decoded_budget`` is charged by the decoders the
+    connector builds itself, when a ``fetch_*`` call brings none (vLLM's argument).
+
+    Unlike vLLM's, the constructor takes no ``media_io_kwargs``: how bytes decode is the
+    caller's decoder's business (seeds/000).
     """
 
     def __init__(
@@ -165,6 +122,7 @@ class MediaConnector:
         allowed_local_media_path: str = "",
         allowed_media_domains: Sequence[str] | None = None,
         allow_private_ips: bool | None = None,
+        decoded_budget: MediaDecodedBudget | None = None,
         download_budget: MediaRequestDownloadBudget | None = None,
     ) -> None:
         self.connection = connection if connection is not None else default_http_client()
@@ -174,6 +132,7 @@ class MediaConnector:
         self._local_root = (
             LocalMediaRoot(allowed_local_media_path) if allowed_local_media_path else None
         )
+        self.decoded_budget = decoded_budget
         self.download_budget = download_budget
 
     # --- the shared core ------------------------------------------------------------------------
@@ -181,15 +140,15 @@ class MediaConnector:
     def _url_policy(self) -> URLPolicy:
         allow_private = self.allow_private_ips
         if allow_private is None:
-            allow_private = envs.VLLM_MEDIA_URL_ALLOW_PRIVATE_IPS
+            allow_private = envs.MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS
         return URLPolicy.build(self.allowed_media_domains, allow_private_ips=allow_private)
 
     def _plan(
         self, url: str, media_ios: Sequence[MediaIO[Any]], fetch_timeout: float | None
     ) -> _Plan:
         """Dispatch on the scheme and check the policy; no payload is read yet."""
-        max_bytes = _strictest_max_bytes(media_ios)
-        scheme = _scheme_of(url)
+        max_bytes = strictest_max_bytes(media_ios)
+        scheme = scheme_of(url)
         with transport_errors(url):
             if scheme == "data":
                 return lambda: self._read_data_url(url, max_bytes)
@@ -204,34 +163,34 @@ class MediaConnector:
                     url=parse_http_url(url),
                     policy=self._url_policy(),
                     allow_redirects=envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS,
-                    max_bytes=_download_max_bytes(max_bytes),
+                    max_bytes=download_max_bytes(max_bytes),
                     timeout_seconds=(
                         fetch_timeout
                         if fetch_timeout is not None
-                        else _fetch_timeout_seconds(media_ios[0])
+                        else fetch_timeout_seconds(media_ios[0])
                     ),
                     retries=max(1, envs.VLLM_MEDIA_FETCH_MAX_RETRIES) - 1,
                     budget=self.download_budget,
-                    cache=_disk_cache_from_env(),
+                    cache=disk_cache_from_env(),
                 )
             raise RefusedError(
                 f"unsupported URL scheme {scheme!r} (use data:, file:, http: or https:)"
             )
 
     @staticmethod
-    def _read_data_url(url: str, max_bytes: int | None) -> _Payload:
+    def _read_data_url(url: str, max_bytes: int | None) -> Payload:
         with transport_errors(url):
             parsed = parse_data_url(url)
             if is_jpeg_frames(parsed.media_type):  # the video decoder owns that form
                 parsed.check_size(max_bytes)  # the frames' decoded size, bounded without decoding
-                return _Payload(base64_form=parsed)
+                return Payload(base64_form=parsed)
             # Decoded once here, however many decoders share the payload.
-            return _Payload(parsed.decode(max_bytes))
+            return Payload(parsed.decode(max_bytes))
 
     @staticmethod
-    def _read_file_url(root: LocalMediaRoot, url: str, max_bytes: int | None) -> _Payload:
+    def _read_file_url(root: LocalMediaRoot, url: str, max_bytes: int | None) -> Payload:
         with transport_errors(url):
-            return _Payload(root.read(root.resolve(url), max_bytes))
+            return Payload(root.read(root.resolve(url), max_bytes))
 
     def _load(
         self, url: str, media_ios: Sequence[MediaIO[Any]], fetch_timeout: float | None
@@ -241,7 +200,7 @@ class MediaConnector:
         if isinstance(plan, DownloadRequest):
             # Starting the private loop can fail too (no descriptors left for its self-pipe).
             with transport_errors(url):
-                payload = _Payload(run_sync(download(self.connection, plan)))
+                payload = Payload(run_sync(download(self.connection, plan)))
         else:
             payload = plan()
         return payload.build_refs(media_ios)
@@ -252,7 +211,7 @@ class MediaConnector:
         """The async driver: downloads on the running loop, reads and builds on the media pool."""
         plan = self._plan(url, media_ios, fetch_timeout)
         if isinstance(plan, DownloadRequest):
-            payload = _Payload(await download(self.connection, plan))
+            payload = Payload(await download(self.connection, plan))
             return await self._load_refs_async(lambda: payload.build_refs(media_ios))
         read_local = plan
         return await self._load_refs_async(lambda: read_local().build_refs(media_ios))
@@ -277,23 +236,106 @@ class MediaConnector:
     ) -> MediaRef[_M]:
         return (await self._load_async(url, (media_io,), fetch_timeout))[0]
 
-    def fetch_image(self, image_url: str, media_io: MediaIO[_M]) -> MediaRef[_M]:
-        return self.load_from_url(image_url, media_io)
+    def fetch_image(
+        self,
+        image_url: str,
+        media_io: MediaIO[_M] | None = None,
+        *,
+        image_mode: str | None = "RGB",
+    ) -> MediaRef[Any]:
+        """``media_io``'s lazy ref to the image at ``image_url``; without a decoder, vLLM's
+        default one in ``image_mode`` (None: each image keeps its own)."""
+        return self.load_from_url(
+            image_url,
+            self._or_default(media_io, lambda: default_image_io(image_mode, self.decoded_budget)),
+        )
 
-    async def fetch_image_async(self, image_url: str, media_io: MediaIO[_M]) -> MediaRef[_M]:
-        return await self.load_from_url_async(image_url, media_io)
+    async def fetch_image_async(
+        self,
+        image_url: str,
+        media_io: MediaIO[_M] | None = None,
+        *,
+        image_mode: str | None = "RGB",
+    ) -> MediaRef[Any]:
+        return await self.load_from_url_async(
+            image_url,
+            self._or_default(media_io, lambda: default_image_io(image_mode, self.decoded_budget)),
+        )
 
-    def fetch_video(self, video_url: str, media_io: MediaIO[_M]) -> MediaRef[_M]:
-        return self.load_from_url(video_url, media_io)
+    def fetch_video(
+        self,
+        video_url: str,
+        media_io: MediaIO[_M] | None = None,
+        *,
+        image_mode: str | None = "RGB",
+        video_processor: str | None = None,
+    ) -> MediaRef[Any]:
+        """``media_io``'s lazy ref to the video at ``video_url``; without a decoder, vLLM's
+        default one, on the loader backend bound to ``video_processor`` (an HF video processor
+        class name) when there is one."""
+        decoder = self._or_default(
+            media_io, lambda: default_video_io(image_mode, video_processor, self.decoded_budget)
+        )
+        return self.load_from_url(video_url, decoder)
 
-    async def fetch_video_async(self, video_url: str, media_io: MediaIO[_M]) -> MediaRef[_M]:
-        return await self.load_from_url_async(video_url, media_io)
+    async def fetch_video_async(
+        self,
+        video_url: str,
+        media_io: MediaIO[_M] | None = None,
+        *,
+        image_mode: str | None = "RGB",
+        video_processor: str | None = None,
+    ) -> MediaRef[Any]:
+        decoder = self._or_default(
+            media_io, lambda: default_video_io(image_mode, video_processor, self.decoded_budget)
+        )
+        return await self.load_from_url_async(video_url, decoder)
 
-    def fetch_audio(self, audio_url: str, media_io: MediaIO[_M]) -> MediaRef[_M]:
-        return self.load_from_url(audio_url, media_io)
+    def fetch_audio(self, audio_url: str, media_io: MediaIO[_M] | None = None) -> MediaRef[Any]:
+        """``media_io``'s lazy ref to the audio at ``audio_url``; without a decoder, vLLM's
+        default one."""
+        return self.load_from_url(
+            audio_url, self._or_default(media_io, lambda: default_audio_io(self.decoded_budget))
+        )
 
-    async def fetch_audio_async(self, audio_url: str, media_io: MediaIO[_M]) -> MediaRef[_M]:
-        return await self.load_from_url_async(audio_url, media_io)
+    async def fetch_audio_async(
+        self, audio_url: str, media_io: MediaIO[_M] | None = None
+    ) -> MediaRef[Any]:
+        return await self.load_from_url_async(
+            audio_url, self._or_default(media_io, lambda: default_audio_io(self.decoded_budget))
+        )
+
+    def fetch_image_embedding(self, data: str) -> torch.Tensor:
+        """Base64 image embeddings (``.npy`` or ``torch.save``), loaded now, as in vLLM."""
+        return load_embedding("image", data)
+
+    async def fetch_image_embedding_async(self, data: str) -> torch.Tensor:
+        return await self._on_media_pool(load_embedding, "image", data)
+
+    def fetch_audio_embedding(self, data: str) -> torch.Tensor:
+        return load_embedding("audio", data)
+
+    async def fetch_audio_embedding_async(self, data: str) -> torch.Tensor:
+        return await self._on_media_pool(load_embedding, "audio", data)
+
+    def fetch_video_embedding(self, data: str) -> torch.Tensor:
+        return load_embedding("video", data)
+
+    async def fetch_video_embedding_async(self, data: str) -> torch.Tensor:
+        return await self._on_media_pool(load_embedding, "video", data)
+
+    @staticmethod
+    def _or_default(
+        media_io: MediaIO[_M] | None, default: Callable[[], MediaIO[Any]]
+    ) -> MediaIO[Any]:
+        """The caller's decoder, or vLLM's default one built now (a vLLM-style call brings none)."""
+        return default() if media_io is None else media_io
+
+    @staticmethod
+    async def _on_media_pool(load: Callable[[str, str], _M], modality: str, data: str) -> _M:
+        # Base64 decoding and unpickling are linear in the payload: off the event loop.
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(get_media_executor(), load, modality, data)
 
     def fetch_video_and_audio(
         self, video_url: str, video_io: MediaIO[_V], audio_io: MediaIO[_A]
@@ -315,10 +357,23 @@ class MediaConnector:
         return video, audio
 
 
+def __getattr__(name: str) -> Any:
+    # Built on first use rather than at import: the map imports every decoder, and the pool
+    # starts threads sized by a setting read when the pool is first needed.
+    if name == "MODALITY_IO_MAP":
+        return modality_io_map()
+    if name == "global_thread_pool":
+        return get_media_executor()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "MEDIA_CONNECTOR_REGISTRY",
+    "MODALITY_IO_MAP",
     "MediaConnector",
     "MediaRequestDownloadBudget",
     "MediaRequestDownloadSizeExceededError",
+    "global_thread_pool",
     "load_media_connector",
+    "merge_media_io_kwargs",
 ]

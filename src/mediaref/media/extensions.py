@@ -34,16 +34,21 @@ class ExtensionManager(Generic[_C]):
         """Class decorator: register the class under ``name`` (refused if another class has it)."""
 
         def wrap(cls: _R) -> _R:
-            existing = self.name2class.get(name)
-            if existing is not None and existing is not cls:
-                raise ValueError(
-                    f"{self.kind} {name!r} is already registered to "
-                    f"{existing.__module__}.{existing.__qualname__}; unregister it first"
-                )
+            self._check_name_free(name, cls)
             self.name2class[name] = cls
             return cls
 
         return wrap
+
+    def _check_name_free(self, name: str, cls: type) -> None:
+        """Raise unless ``name`` is free or already ``cls``'s; subclasses check this before they
+        record anything, so a refused registration changes nothing."""
+        existing = self.name2class.get(name)
+        if existing is not None and existing is not cls:
+            raise ValueError(
+                f"{self.kind} {name!r} is already registered to "
+                f"{existing.__module__}.{existing.__qualname__}; unregister it first"
+            )
 
     def unregister(self, name: str) -> None:
         """Remove ``name``; an unknown name raises, as in :meth:`get`."""

@@ -10,12 +10,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mediaref.inputs import MultiModalKwargsItems
+import torch
+
+from mediaref.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 from mediaref.parse import MultiModalDataItems, MultiModalDataParser
 from mediaref.processing.context import BaseProcessingInfo
-from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
-from mediaref.processing.fields import MultiModalFieldConfig
-from mediaref.processing.processor import BaseMultiModalProcessor, PromptReplacement, PromptUpdate
+from mediaref.processing.dummy_inputs import (
+    AudioDummyOptions,
+    BaseDummyInputsBuilder,
+    BaseDummyOptions,
+)
+from mediaref.processing.processor import (
+    BaseMultiModalProcessor,
+    HFMultiModalInputs,
+    PromptReplacement,
+    PromptUpdate,
+)
 from mediaref.registry import MULTIMODAL_REGISTRY
 
 if TYPE_CHECKING:
@@ -35,6 +45,14 @@ class Qwen2AudioProcessingInfo(BaseProcessingInfo):
     def get_feature_extractor(self) -> Any:
         return self.get_hf_processor().feature_extractor
 
+    def get_data_parser(self) -> MultiModalDataParser:
+        # Whisper features want 16 kHz mono: resampling and downmixing are mapped onto the refs.
+        return MultiModalDataParser(
+            target_sr=float(self.get_feature_extractor().sampling_rate),
+            target_channels=1,
+            expected_hidden_size=self._get_expected_hidden_size(),
+        )
+
     def get_audio_token_id(self) -> int:
         processor = self.get_hf_processor()
         return int(self.get_tokenizer().convert_tokens_to_ids(processor.audio_token))
@@ -44,33 +62,37 @@ class Qwen2AudioDummyInputsBuilder(BaseDummyInputsBuilder[Qwen2AudioProcessingIn
     def get_dummy_text(self, mm_counts: Mapping[str, int]) -> str:
         return str(self.info.get_hf_processor().audio_token) * mm_counts.get("audio", 0)
 
-    def get_dummy_mm_data(self, seq_len: int, mm_counts: Mapping[str, int]) -> dict[str, Any]:
+    def get_dummy_mm_data(
+        self,
+        seq_len: int,
+        mm_counts: Mapping[str, int],
+        mm_options: Mapping[str, BaseDummyOptions] | None = None,
+    ) -> dict[str, Any]:
         sampling_rate = int(self.info.get_feature_extractor().sampling_rate)
+        overrides = (mm_options or {}).get("audio")
         return {
             "audio": self._get_dummy_audios(
-                length=sampling_rate, num_audios=mm_counts.get("audio", 0)
+                length=sampling_rate,
+                num_audios=mm_counts.get("audio", 0),
+                overrides=overrides if isinstance(overrides, AudioDummyOptions) else None,
             )
         }
 
 
-@MULTIMODAL_REGISTRY.register_processor(
+@MULTIMODAL_REGISTRY.register_family(
     "qwen2_audio", info=Qwen2AudioProcessingInfo, dummy_inputs=Qwen2AudioDummyInputsBuilder
 )
 class Qwen2AudioMultiModalProcessor(BaseMultiModalProcessor[Qwen2AudioProcessingInfo]):
-    def _get_data_parser(self) -> MultiModalDataParser:
-        sampling_rate = self.info.get_feature_extractor().sampling_rate
-        return MultiModalDataParser(target_sr=float(sampling_rate), target_channels=1)
+    def _get_hf_mm_text(self, mm_counts: Mapping[str, int]) -> str | None:
+        # Qwen2AudioProcessor refuses audio without text holding one <|AUDIO|> per clip.
+        return self.dummy_inputs.get_dummy_text(mm_counts)
 
-    def _call_hf_processor(
-        self,
-        prompt: str | None,
-        mm_data: Mapping[str, object],
-        mm_kwargs: Mapping[str, object],
-        tok_kwargs: Mapping[str, object],
-    ) -> BatchFeature:
+    def _get_hf_mm_inputs(
+        self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]
+    ) -> HFMultiModalInputs:
+        hf_inputs = super()._get_hf_mm_inputs(mm_items, hf_kwargs)
         sampling_rate = self.info.get_feature_extractor().sampling_rate
-        mm_kwargs = {"sampling_rate": sampling_rate, **mm_kwargs}
-        return super()._call_hf_processor(prompt, mm_data, mm_kwargs, tok_kwargs)
+        return hf_inputs._replace(hf_kwargs={"sampling_rate": sampling_rate, **hf_inputs.hf_kwargs})
 
     def _get_mm_fields_config(
         self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]
@@ -92,6 +114,7 @@ class Qwen2AudioMultiModalProcessor(BaseMultiModalProcessor[Qwen2AudioProcessing
 
         def replacement(item_idx: int) -> list[int]:
             mask = out_mm_kwargs["audio"][item_idx]["feature_attention_mask"].data
+            assert isinstance(mask, torch.Tensor)
             return [token_id] * num_audio_tokens(int(mask.sum()))
 
         return [PromptReplacement("audio", target=[token_id], replacement=replacement)]

@@ -13,7 +13,6 @@ device. The processor's output says which path it took (``mm_device_do_normalize
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ import torch
 from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import (
     ModalityData,
+    MultiModalFieldConfig,
     MultiModalKwargsItems,
 )
 from mediaref.parse import (
@@ -31,9 +31,13 @@ from mediaref.parse import (
     MultiModalDataItems,
     MultiModalDataParser,
 )
-from mediaref.processing.context import BaseProcessingInfo
-from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
-from mediaref.processing.fields import MultiModalFieldConfig
+from mediaref.processing.context import BaseProcessingInfo, device_normalize_kwargs
+from mediaref.processing.dummy_inputs import (
+    BaseDummyInputsBuilder,
+    BaseDummyOptions,
+    ImageDummyOptions,
+    VideoDummyOptions,
+)
 from mediaref.processing.processor import (
     BaseMultiModalProcessor,
     PromptReplacement,
@@ -44,30 +48,7 @@ from mediaref.registry import MULTIMODAL_REGISTRY
 if TYPE_CHECKING:
     from transformers import BatchFeature
 
-logger = logging.getLogger(__name__)
-
 _MODALITIES = ("image", "video")
-# The HF flags the device takes over when mm_device_do_normalize is on.
-_DEVICE_NORMALIZE_FLAGS = ("do_normalize", "do_rescale")
-_warned_ignored_flags: set[str] = set()
-
-
-def device_normalize_kwargs(mm_kwargs: Mapping[str, object]) -> dict[str, object]:
-    """``mm_kwargs`` with the CPU rescale and normalize off, as vLLM 0.33 merges them.
-
-    The model normalizes on the device; a request turning either flag back on would have its
-    pixels normalized twice, so the request's value is ignored (with a warning, once per flag).
-    """
-    merged = dict(mm_kwargs)
-    for key in _DEVICE_NORMALIZE_FLAGS:
-        if merged.get(key) and key not in _warned_ignored_flags:
-            _warned_ignored_flags.add(key)
-            logger.warning(
-                "mm_device_do_normalize is enabled; ignoring per-request mm_processor_kwargs[%r].",
-                key,
-            )
-        merged[key] = False
-    return merged
 
 
 class Qwen2VLProcessingInfo(BaseProcessingInfo):
@@ -77,6 +58,11 @@ class Qwen2VLProcessingInfo(BaseProcessingInfo):
 
     def get_supported_mm_limits(self) -> Mapping[str, int | None]:
         return {"image": None, "video": None}
+
+    def get_data_parser(self) -> MultiModalDataParser:
+        return Qwen2VLDataParser(
+            self.get_merge_size(), expected_hidden_size=self._get_expected_hidden_size()
+        )
 
     def get_merge_size(self) -> int:
         return int(self.get_hf_processor().image_processor.merge_size)
@@ -95,13 +81,27 @@ class Qwen2VLDummyInputsBuilder(BaseDummyInputsBuilder[Qwen2VLProcessingInfo]):
         ) + processor.video_token * mm_counts.get("video", 0)
         return text
 
-    def get_dummy_mm_data(self, seq_len: int, mm_counts: Mapping[str, int]) -> dict[str, Any]:
+    def get_dummy_mm_data(
+        self,
+        seq_len: int,
+        mm_counts: Mapping[str, int],
+        mm_options: Mapping[str, BaseDummyOptions] | None = None,
+    ) -> dict[str, Any]:
+        options = mm_options or {}
+        image_options, video_options = options.get("image"), options.get("video")
         return {
             "image": self._get_dummy_images(
-                width=224, height=224, num_images=mm_counts.get("image", 0)
+                width=224,
+                height=224,
+                num_images=mm_counts.get("image", 0),
+                overrides=image_options if isinstance(image_options, ImageDummyOptions) else None,
             ),
             "video": self._get_dummy_videos(
-                width=112, height=112, num_frames=4, num_videos=mm_counts.get("video", 0)
+                width=112,
+                height=112,
+                num_frames=4,
+                num_videos=mm_counts.get("video", 0),
+                overrides=video_options if isinstance(video_options, VideoDummyOptions) else None,
             ),
         }
 
@@ -125,8 +125,8 @@ class Qwen2VLDataParser(MultiModalDataParser):
     """Precomputed embeddings come as ``{"image_embeds", "image_grid_thw"}`` (or ``video_*``):
     the grid says how many tokens each item's rows are, which a bare tensor cannot."""
 
-    def __init__(self, merge_size: int) -> None:
-        super().__init__(video_needs_metadata=False)
+    def __init__(self, merge_size: int, *, expected_hidden_size: int | None = None) -> None:
+        super().__init__(video_needs_metadata=False, expected_hidden_size=expected_hidden_size)
         self._merge_length = merge_size**2
 
     def _parse_embedding_dict(
@@ -154,32 +154,23 @@ class Qwen2VLDataParser(MultiModalDataParser):
         return self._parse_embedding_dict("video", data) or super()._parse_video_data(data)
 
 
-@MULTIMODAL_REGISTRY.register_processor(
+@MULTIMODAL_REGISTRY.register_family(
     "qwen2_vl", info=Qwen2VLProcessingInfo, dummy_inputs=Qwen2VLDummyInputsBuilder
 )
 class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo]):
-    def _get_data_parser(self) -> MultiModalDataParser:
-        return Qwen2VLDataParser(self.info.get_merge_size())
-
-    def _get_hf_mm_text(self, mm_counts: Mapping[str, int]) -> str | None:
-        # Qwen2-VL's pixel outputs do not depend on the text, and the prompt is tokenized apart:
-        # a dummy text would only make HF expand and tokenize grid.prod() // 4 placeholder tokens
-        # per item (2,691 for a 1080p image, ~16 % of a device-path miss) for ids that are dropped.
-        return None
+    # No dummy text (the base's default): Qwen2-VL's pixel outputs do not depend on the text, and
+    # the prompt is tokenized apart, so a dummy text would only make HF expand and tokenize
+    # grid.prod() // 4 placeholder tokens per item (2,691 for a 1080p image) for ids dropped.
 
     def _call_hf_processor(
-        self,
-        prompt: str | None,
-        mm_data: Mapping[str, object],
-        mm_kwargs: Mapping[str, object],
-        tok_kwargs: Mapping[str, object],
+        self, hf_data: Mapping[str, object], hf_kwargs: Mapping[str, object]
     ) -> BatchFeature:
-        if "videos" in mm_data:
+        if "videos" in hf_data:
             # Our loader already sampled the frames; HF must not sample them again.
-            mm_kwargs = {"do_sample_frames": False, **mm_kwargs}
+            hf_kwargs = {"do_sample_frames": False, **hf_kwargs}
         if self.info.mm_device_do_normalize:
-            mm_kwargs = device_normalize_kwargs(mm_kwargs)
-        return super()._call_hf_processor(prompt, mm_data, mm_kwargs, tok_kwargs)
+            hf_kwargs = device_normalize_kwargs(hf_kwargs)
+        return super()._call_hf_processor(hf_data, hf_kwargs)
 
     def _get_mm_fields_config(
         self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]
@@ -212,6 +203,7 @@ class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo])
 
         def replacement(item_idx: int, *, modality: str, token_id: int) -> list[int]:
             grid_thw = out_mm_kwargs[modality][item_idx][f"{modality}_grid_thw"].data
+            assert isinstance(grid_thw, torch.Tensor)
             return [token_id] * (int(grid_thw.prod()) // merge_length)
 
         updates: list[PromptUpdate] = []

@@ -46,20 +46,16 @@ def open_container_frames(container: bytes, num_frames: int) -> Any:
     return frames
 
 
-@MULTIMODAL_REGISTRY.register_processor(
+@MULTIMODAL_REGISTRY.register_family(
     "qwen2_vl_raw_video", info=Qwen2VLRawVideoProcessingInfo, dummy_inputs=Qwen2VLDummyInputsBuilder
 )
 class Qwen2VLRawVideoMultiModalProcessor(Qwen2VLMultiModalProcessor):
     def _call_hf_processor(
-        self,
-        prompt: str | None,
-        mm_data: Mapping[str, object],
-        mm_kwargs: Mapping[str, object],
-        tok_kwargs: Mapping[str, object],
+        self, hf_data: Mapping[str, object], hf_kwargs: Mapping[str, object]
     ) -> BatchFeature:
-        videos = mm_data.get("videos")
+        videos = hf_data.get("videos")
         if videos is not None:
-            kwargs = dict(mm_kwargs)
+            kwargs = dict(hf_kwargs)
             num_frames = int(kwargs.pop("num_frames", DEFAULT_NUM_FRAMES))  # type: ignore[call-overload]
             opened = [
                 open_container_frames(bytes(v), num_frames)
@@ -67,8 +63,8 @@ class Qwen2VLRawVideoMultiModalProcessor(Qwen2VLMultiModalProcessor):
                 else v
                 for v in cast("list[Any]", videos)
             ]
-            mm_data, mm_kwargs = {**mm_data, "videos": opened}, kwargs
-        return super()._call_hf_processor(prompt, mm_data, mm_kwargs, tok_kwargs)
+            hf_data, hf_kwargs = {**hf_data, "videos": opened}, kwargs
+        return super()._call_hf_processor(hf_data, hf_kwargs)
 
 
 __all__ = [

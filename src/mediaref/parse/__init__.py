@@ -4,9 +4,9 @@
 * ``get_raw(index)`` — the item as stored (for fetched media the :class:`~mediaref.MediaRef`),
   read by hashing, cache-miss selection and byte release, none of which decodes.
 
-The implementation lives in private modules: items (``_parse_items``), video views
-(``_parse_video``), embeddings (``_parse_embeddings``), the parser (``_parse_parser``) and audio
-normalization (``_audio_resample``).
+The implementation lives in private modules: items (``_items``), video views (``_video``),
+embeddings (``_embeddings``), the parser (``_parser``), client UUIDs (``_uuids``) and audio
+normalization (``_audio``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from mediaref.parse._audio import AudioResampler
 from mediaref.parse._embeddings import (
     AudioEmbeddingItems,
     DictEmbeddingItems,
+    EmbeddingFieldRole,
     EmbeddingItems,
     ImageEmbeddingItems,
     VideoEmbeddingItems,
+    validate_embedding_ndim,
 )
 from mediaref.parse._items import (
     AudioProcessorItems,
@@ -26,8 +28,10 @@ from mediaref.parse._items import (
     ModalityDataItems,
     MultiModalDataItems,
     ProcessorBatchItems,
+    VisionChunkProcessorItems,
 )
 from mediaref.parse._parser import ModalityDataParser, MultiModalDataParser
+from mediaref.parse._uuids import MultiModalUUIDItems, parse_mm_uuids
 from mediaref.parse._video import VideoProcessorItems
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "AudioProcessorItems",
     "AudioResampler",
     "DictEmbeddingItems",
+    "EmbeddingFieldRole",
     "EmbeddingItems",
     "ImageEmbeddingItems",
     "ImageProcessorItems",
@@ -43,7 +48,11 @@ __all__ = [
     "ModalityDataParser",
     "MultiModalDataItems",
     "MultiModalDataParser",
+    "MultiModalUUIDItems",
     "ProcessorBatchItems",
     "VideoEmbeddingItems",
     "VideoProcessorItems",
+    "VisionChunkProcessorItems",
+    "parse_mm_uuids",
+    "validate_embedding_ndim",
 ]

@@ -6,17 +6,35 @@ cannot use the processor cache (``ProcessorInputs.can_use_cache``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence, Set
+from typing import Any, Literal, TypeAlias
 
 import torch
 
-from mediaref.inputs import MultiModalFieldElem, MultiModalKwargsItem, MultiModalKwargsItems
+from mediaref.inputs import MultiModalFieldConfig, MultiModalKwargsItem, MultiModalKwargsItems
+from mediaref.media.base import MediaWithBytes
 from mediaref.parse._items import ModalityDataItems
+
+EmbeddingFieldRole: TypeAlias = Literal["values", "metadata"]
+"""What one field of a precomputed-embedding input carries: ``"values"``, the embeddings
+themselves; ``"metadata"``, what sizes the prompt's placeholder range (e.g. token counts). A
+deployment that receives the embeddings through an encoder-cache connector gets requests with the
+metadata alone, so the values become optional there and the metadata stays required."""
 
 
 def _shape(tensor: torch.Tensor) -> tuple[int, ...]:
     return tuple(tensor.shape)
+
+
+def validate_embedding_ndim(tensor: torch.Tensor, modality: str, index: int | None = None) -> None:
+    """Raise ``ValueError`` unless ``tensor`` is 2-D ``(seq_len, hidden_size)`` or 3-D
+    ``(batch, seq_len, hidden_size)``; ``index`` places a list entry in the message."""
+    if tensor.ndim not in (2, 3):
+        where = f" [{index}]" if index is not None else ""
+        raise ValueError(
+            f"{modality.capitalize()} embedding{where} must be 2D (seq_len, hidden_size) or 3D "
+            f"(batch, seq_len, hidden_size), got {tensor.ndim}D tensor with shape {_shape(tensor)}"
+        )
 
 
 class EmbeddingItems(ModalityDataItems[Any, torch.Tensor]):
@@ -43,12 +61,7 @@ class EmbeddingItems(ModalityDataItems[Any, torch.Tensor]):
 
     def _validate_ndim(self) -> None:
         if isinstance(self.data, torch.Tensor):
-            if self.data.ndim not in (2, 3):
-                raise ValueError(
-                    f"{self._label()} must be 2D (seq_len, hidden_size) or 3D "
-                    f"(batch, seq_len, hidden_size), got {self.data.ndim}D tensor "
-                    f"with shape {_shape(self.data)}"
-                )
+            validate_embedding_ndim(self.data, self.modality)
             return
         for index, tensor in enumerate(self.data):
             if not isinstance(tensor, torch.Tensor) or tensor.ndim != 2:
@@ -75,7 +88,8 @@ class EmbeddingItems(ModalityDataItems[Any, torch.Tensor]):
         return len(self.data)
 
     def get(self, index: int) -> torch.Tensor:
-        return self.data[index]  # type: ignore[no-any-return]
+        item = self.data[index]
+        return item.media if isinstance(item, MediaWithBytes) else item  # type: ignore[no-any-return]
 
     def get_processor_data(self) -> Mapping[str, object]:
         return {}
@@ -114,62 +128,48 @@ class AudioEmbeddingItems(EmbeddingItems):
         super().__init__(data, "audio", expected_hidden_size)
 
 
-class FieldConfigLike(Protocol):
-    """What :class:`DictEmbeddingItems` needs of a field config (``MultiModalFieldConfig``)."""
-
-    def build_elems(self, key: str, batch: Any) -> Sequence[MultiModalFieldElem]: ...
-
-
 class DictEmbeddingItems(ModalityDataItems[Mapping[str, Any], Mapping[str, Any]]):
     """Items given as a dict of HF-output-like tensors, cut into items by their field configs.
 
-    Each item is the set of its field elements; :meth:`select` keeps those together, so a selected
-    item has all of its fields and no other item's.
+    ``required_fields`` must be in ``data``; ``optional_fields`` may be missing (the embedding
+    values on a deployment that receives them through a connector, see
+    ``MultiModalDataParser.embedding_field_sets``). Every declared field needs a config from
+    ``fields_factory``. Each item is the set of its field elements; :meth:`select` keeps those
+    together, so a selected item has all of its fields and no other item's.
     """
 
     def __init__(
         self,
         data: Mapping[str, Any],
         modality: str,
-        required_fields: set[str],
-        fields_factory: Callable[[Mapping[str, Any]], Mapping[str, FieldConfigLike]],
+        required_fields: Set[str],
+        fields_factory: Callable[[Mapping[str, Any]], Mapping[str, MultiModalFieldConfig]],
+        optional_fields: Set[str] = frozenset(),
     ) -> None:
         super().__init__(data, modality)
-        missing_data = required_fields - data.keys()
+        if not required_fields:
+            # Nothing would size the placeholder range: the items would parse into nothing and
+            # the prompt come out silently wrong.
+            raise ValueError(
+                f"Cannot parse {modality!r} embeddings: every declared field is optional "
+                f"({sorted(optional_fields)}), so nothing is left to size the placeholder range."
+            )
+        missing_data = set(required_fields) - data.keys()
         if missing_data:
             raise ValueError(
-                f"The data should contain the fields: {required_fields}, "
+                f"The data should contain the fields: {set(required_fields)}, "
                 f"but only found the following keys: {set(data.keys())}"
             )
         fields_config = fields_factory(data)
-        missing_config = required_fields - fields_config.keys()
-        if missing_config:
+        declared = set(required_fields) | set(optional_fields)
+        if not declared <= fields_config.keys():
             raise ValueError(
-                f"required_fields={required_fields} should be a subset of "
-                f"fields={set(fields_config.keys())}"
+                f"declared_fields={declared} should be a subset of fields={set(fields_config)}"
             )
         self.fields_config = fields_config
-        self.required_fields = required_fields
-        self._items = self._cut_into_items(data, fields_config)
-
-    def _cut_into_items(
-        self, data: Mapping[str, Any], fields_config: Mapping[str, FieldConfigLike]
-    ) -> list[MultiModalKwargsItem]:
-        per_item: list[list[MultiModalFieldElem]] | None = None
-        for key, config in fields_config.items():
-            if key not in data:
-                continue
-            elems = config.build_elems(key, data[key])
-            if per_item is None:
-                per_item = [[] for _ in elems]
-            if len(elems) != len(per_item):
-                raise ValueError(
-                    f"{self.modality} field {key!r} has {len(elems)} items, "
-                    f"other fields have {len(per_item)}"
-                )
-            for item_elems, elem in zip(per_item, elems, strict=True):  # lengths checked above
-                item_elems.append(elem)
-        return [MultiModalKwargsItem.from_elems(elems) for elems in per_item or []]
+        self.required_fields = set(required_fields)
+        kwargs = MultiModalKwargsItems.from_hf_inputs(data, fields_config)
+        self._items: list[MultiModalKwargsItem] = list(kwargs.get(modality, []))
 
     def get_count(self) -> int:
         return len(self._items)
@@ -189,11 +189,49 @@ class DictEmbeddingItems(ModalityDataItems[Mapping[str, Any], Mapping[str, Any]]
         self.data = MultiModalKwargsItems({self.modality: list(self._items)}).get_data()
 
 
+def audio_embedding_items(
+    data: Mapping[str, Any], required: Set[str], optional: Set[str]
+) -> DictEmbeddingItems:
+    """Audio given as ``audio_embeds`` (one ``(tokens, hidden)`` tensor per clip) with
+    ``audio_num_tokens`` (one positive count per clip, as ``(n,)`` or ``(n, 1)`` integers), which
+    sizes each clip's placeholder; the counts stay on the CPU."""
+    counts = data.get("audio_num_tokens")
+    if (
+        not isinstance(counts, torch.Tensor)
+        or counts.dtype not in (torch.int32, torch.int64)
+        or counts.ndim not in (1, 2)
+        or (counts.ndim == 2 and counts.shape[1] != 1)
+        or not bool(torch.all(counts > 0))
+    ):
+        raise ValueError("audio_num_tokens must contain one positive integer per audio")
+    counts = counts.flatten()
+    embeds = data.get("audio_embeds")
+    if embeds is not None and (
+        len(embeds) != len(counts)
+        or any(
+            len(embedding) != int(count) for embedding, count in zip(embeds, counts, strict=True)
+        )
+    ):
+        raise ValueError("audio_num_tokens does not match audio_embeds")
+    return DictEmbeddingItems(
+        {**data, "audio_num_tokens": counts},
+        modality="audio",
+        required_fields=required,
+        optional_fields=optional,
+        fields_factory=lambda _: {
+            "audio_embeds": MultiModalFieldConfig.batched("audio"),
+            "audio_num_tokens": MultiModalFieldConfig.batched("audio", keep_on_cpu=True),
+        },
+    )
+
+
 __all__ = [
     "AudioEmbeddingItems",
     "DictEmbeddingItems",
+    "EmbeddingFieldRole",
     "EmbeddingItems",
-    "FieldConfigLike",
     "ImageEmbeddingItems",
     "VideoEmbeddingItems",
+    "audio_embedding_items",
+    "validate_embedding_ndim",
 ]

@@ -15,14 +15,14 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections import UserDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 import torch
 from PIL.Image import Image
 
-from mediaref.media.base import MediaRef
+from mediaref.media.base import MediaRef, MediaWithBytes
 
 _T = TypeVar("_T")
 _I = TypeVar("_I")
@@ -69,6 +69,14 @@ class ModalityDataItems(ABC, Generic[_T, _I]):
 
     def get_all_raw(self) -> list[Any]:
         return [self.get_raw(index) for index in range(self.get_count())]
+
+    def get_item_for_hash(self, index: int) -> object:
+        """What the hasher reads for item ``index``: the raw item (vLLM's name for
+        :meth:`get_raw`), so a ref hashes as its key and a ``MediaWithBytes`` as its bytes."""
+        return self.get_raw(index)
+
+    def get_all_items_for_hash(self) -> list[object]:
+        return [self.get_item_for_hash(index) for index in range(self.get_count())]
 
     @abstractmethod
     def get_processor_data(self) -> Mapping[str, object]:
@@ -123,7 +131,11 @@ class ProcessorBatchItems(ModalityDataItems[Sequence[_T], _T]):
 
     def _decoded(self, index: int) -> Any:
         item = self.data[index]
-        return item.decode() if isinstance(item, MediaRef) else item
+        if isinstance(item, MediaRef):
+            return item.decode()
+        if isinstance(item, MediaWithBytes):  # HF sees the media; the hasher reads the bytes
+            return item.media
+        return item
 
     def get(self, index: int) -> _T:
         return self._decoded(index)  # type: ignore[no-any-return]
@@ -143,27 +155,21 @@ class ImageSize(NamedTuple):
     height: int
 
 
-_CHANNEL_COUNTS = (1, 2, 3, 4)
+_CHANNEL_COUNTS = (1, 3, 4)
 
 
 def array_image_size(image: np.ndarray | torch.Tensor) -> ImageSize:
     """The size of one image held as an array: ``(H, W)``, ``(H, W, C)`` or ``(C, H, W)``.
 
-    Arrays are channels-last and tensors channels-first by convention (PIL / torchvision); a
-    layout whose channel axis is unambiguous wins over the convention.
+    As vLLM decides: a 3-D array whose last axis could be channels (1, 3 or 4) is channels-last
+    (``np.asarray(pil_image)``), any other is channels-first; a 2-D array is grayscale.
     """
     shape = tuple(image.shape)
     if len(shape) == 2:
         return ImageSize(width=shape[1], height=shape[0])
     if len(shape) != 3:
         raise ValueError(f"an image array must be 2-D or 3-D, got shape {shape}")
-    channels_last = shape[-1] in _CHANNEL_COUNTS
-    channels_first = shape[0] in _CHANNEL_COUNTS
-    if channels_last != channels_first:
-        use_last = channels_last
-    else:
-        use_last = isinstance(image, np.ndarray)
-    if use_last:
+    if shape[-1] in _CHANNEL_COUNTS:
         return ImageSize(width=shape[1], height=shape[0])
     return ImageSize(width=shape[2], height=shape[1])
 
@@ -184,7 +190,10 @@ class ImageProcessorItems(ProcessorBatchItems[Any]):
 
     def get_image_size(self, item_idx: int) -> ImageSize:
         """The image's size; a ref is decoded to learn it (the decode is memoized)."""
-        return image_size_of(self.get(item_idx))
+        image = self.get(item_idx)
+        if image is None:
+            raise ValueError(f"Cannot get size of cached image at {item_idx}")
+        return image_size_of(image)
 
 
 def num_audio_samples(audio: object) -> int:
@@ -206,7 +215,18 @@ class AudioProcessorItems(ProcessorBatchItems[Any]):
         super().__init__([None] if data is None else data, "audio")
 
     def get_audio_length(self, item_idx: int) -> int:
-        return num_audio_samples(self.get(item_idx))
+        audio = self.get(item_idx)
+        if audio is None:
+            raise ValueError(f"Cannot get length of cached audio at {item_idx}")
+        return num_audio_samples(audio)
+
+
+class VisionChunkProcessorItems(ProcessorBatchItems[Any]):
+    """Items of the unified ``vision_chunk`` modality: images and chunks of videos
+    (:class:`~mediaref.inputs.VisionChunk`), already decoded by the request parser."""
+
+    def __init__(self, data: Sequence[Any]) -> None:
+        super().__init__(data, "vision_chunk")
 
 
 class MultiModalDataItems(UserDict[str, ModalityDataItems[Any, Any]]):
@@ -238,11 +258,22 @@ class MultiModalDataItems(UserDict[str, ModalityDataItems[Any, Any]]):
             )
         return items
 
-    def select(self, indices: Mapping[str, Sequence[int]]) -> MultiModalDataItems:
-        """Per modality named in ``indices``, the items at those indices (see ``select``)."""
-        return MultiModalDataItems(
-            {modality: self._require(modality).select(kept) for modality, kept in indices.items()}
-        )
+    def select(self, modalities: Set[str] | Mapping[str, Sequence[int]]) -> MultiModalDataItems:
+        """A subset, without parsing anything again.
+
+        ``modalities`` a set of modality names (vLLM's form): those modalities' items, whole.
+        A mapping of modality -> indices (mediaref's cache-miss selection): per modality named,
+        the items at those indices, each keeping its decode transforms, key and request position
+        (:meth:`ModalityDataItems.select`).
+        """
+        if isinstance(modalities, Mapping):
+            return MultiModalDataItems(
+                {
+                    modality: self._require(modality).select(kept)
+                    for modality, kept in modalities.items()
+                }
+            )
+        return MultiModalDataItems({modality: self._require(modality) for modality in modalities})
 
 
 __all__ = [
@@ -252,6 +283,7 @@ __all__ = [
     "ModalityDataItems",
     "MultiModalDataItems",
     "ProcessorBatchItems",
+    "VisionChunkProcessorItems",
     "array_image_size",
     "image_size_of",
     "num_audio_samples",

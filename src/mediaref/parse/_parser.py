@@ -9,7 +9,6 @@ Each of those transforms runs in the parallel decode phase, on the media pool.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
@@ -17,17 +16,26 @@ import numpy as np
 import torch
 from PIL.Image import Image
 
-from mediaref.exceptions import VLLMValidationError
+from mediaref.image import convert_image_mode, normalize_image
 from mediaref.inputs import ModalityData, MultiModalDataDict
-from mediaref.media.base import MediaRef
+from mediaref.media.base import MediaRef, MediaWithBytes
 from mediaref.parse._audio import AudioNormalizer, AudioResampleMethod, AudioResampler
-from mediaref.parse._embeddings import AudioEmbeddingItems, ImageEmbeddingItems, VideoEmbeddingItems
+from mediaref.parse._embeddings import (
+    AudioEmbeddingItems,
+    DictEmbeddingItems,
+    EmbeddingFieldRole,
+    ImageEmbeddingItems,
+    VideoEmbeddingItems,
+    audio_embedding_items,
+)
 from mediaref.parse._items import (
     AudioProcessorItems,
     ImageProcessorItems,
     ModalityDataItems,
     MultiModalDataItems,
+    VisionChunkProcessorItems,
 )
+from mediaref.parse._locations import refuse_location_items
 from mediaref.parse._video import VIDEO_METADATA_REQUIRED_MESSAGE, VideoProcessorItems
 
 ModalityDataParser = Callable[[ModalityData[Any]], "ModalityDataItems[Any, Any] | None"]
@@ -48,44 +56,6 @@ def _is_frame_list(data: object) -> bool:
         and _is_list_of(data, _Array)
         and all(frame.ndim == 3 for frame in data)
     )
-
-
-# A string or a path as a media item names a location. Handed on, the HF processor would fetch the
-# URL or open the file itself, with no address policy, no allowed-path check and no size cap.
-_LOCATION_TYPES = (str, os.PathLike)
-
-
-def _find_location(data: object, depth: int = 0) -> str | None:
-    """Where in ``data`` a string or path item sits (``""`` for ``data`` itself), else None.
-
-    Looks into lists and tuples two levels down: a modality's list of items, a video's list of
-    frames, an ``(item, rate)`` or ``(frames, metadata)`` pair. Dicts are embedding fields, which
-    never reach a loader.
-    """
-    if isinstance(data, _LOCATION_TYPES):
-        return ""
-    if depth < 2 and isinstance(data, (list, tuple)):
-        for index, item in enumerate(data):
-            found = _find_location(item, depth + 1)
-            if found is not None:
-                return f"[{index}]{found}"
-    return None
-
-
-def refuse_location_items(modality: str, data: object) -> None:
-    """Raise ``VLLMValidationError`` (400) if ``data`` carries a URL or file path as media.
-
-    vLLM's item types hold decoded media only; URLs are fetched by the connector, under its
-    policy, and arrive as refs.
-    """
-    found = _find_location(data)
-    if found is not None:
-        raise VLLMValidationError(
-            f"multi_modal_data[{modality!r}]{found} is a string or path; mediaref never fetches or "
-            f"opens those as media. Fetch URLs with MediaConnector.fetch_{modality}() (which "
-            "applies the URL policy and size caps) and pass the ref, or pass decoded media.",
-            parameter=modality,
-        )
 
 
 def _prepare_items(
@@ -114,6 +84,17 @@ class MultiModalDataParser:
         video_needs_metadata: HF sees ``(frames, metadata)`` per video; a video without metadata
             is rejected (at parse time when supplied decoded, at decode time when fetched).
         expected_hidden_size: reject embeddings whose last dimension differs.
+        allow_missing_mm_embeddings: precomputed embedding values may be absent from a request
+            (an encoder-cache consumer receives them through its connector); their placeholder
+            metadata stays required. See :meth:`embedding_field_sets`.
+    """
+
+    embedding_fields: Mapping[str, Mapping[str, EmbeddingFieldRole]] = {}
+    """Per modality, the fields of a precomputed-embedding input (a dict) and the role of each.
+
+    Declared on the class, not inside the parse methods, so the side that produces embeddings
+    can read which processed keys to publish from the same declaration the consumer parses with.
+    A modality absent here can only be sent as media or as a plain embedding tensor.
     """
 
     def __init__(
@@ -124,7 +105,9 @@ class MultiModalDataParser:
         audio_resample_method: AudioResampleMethod = "librosa",
         video_needs_metadata: bool = False,
         expected_hidden_size: int | None = None,
+        allow_missing_mm_embeddings: bool = False,
     ) -> None:
+        self.allow_missing_mm_embeddings = allow_missing_mm_embeddings
         self.audio_resampler = AudioResampler(target_sr=target_sr, method=audio_resample_method)
         self.audio_normalizer = AudioNormalizer(self.audio_resampler, target_channels)
         self.target_channels = target_channels
@@ -134,6 +117,22 @@ class MultiModalDataParser:
     @property
     def target_sr(self) -> float | None:
         return self.audio_resampler.target_sr
+
+    @classmethod
+    def placeholder_metadata_fields(cls, modality: str) -> set[str]:
+        """The fields of ``modality``'s embedding input that size its placeholder range."""
+        roles = cls.embedding_fields.get(modality, {})
+        return {field for field, role in roles.items() if role == "metadata"}
+
+    def embedding_field_sets(self, modality: str) -> tuple[set[str], set[str]]:
+        """``(required, optional)`` fields of ``modality``'s embedding input here: the values are
+        optional only where embeddings may arrive without the request
+        (``allow_missing_mm_embeddings``); the metadata is always required."""
+        metadata = self.placeholder_metadata_fields(modality)
+        values = set(self.embedding_fields.get(modality, {})) - metadata
+        if self.allow_missing_mm_embeddings:
+            return metadata, values
+        return metadata | values, set()
 
     @classmethod
     def is_embeddings(cls, data: object) -> TypeGuard[torch.Tensor | list[torch.Tensor]]:
@@ -184,6 +183,8 @@ class MultiModalDataParser:
             return None
         if self.is_embeddings(data):
             return AudioEmbeddingItems(data, self.expected_hidden_size)
+        if isinstance(data, dict) and "audio_num_tokens" in self.embedding_fields.get("audio", {}):
+            return self._parse_audio_embedding_data(data)
 
         items: list[Any]
         if (
@@ -199,6 +200,12 @@ class MultiModalDataParser:
             _prepare_items(items, self._prepare_audio_ref, self._normalize_audio)
         )
 
+    def _parse_audio_embedding_data(self, data: Mapping[str, Any]) -> DictEmbeddingItems:
+        """Audio given as ``audio_embeds`` with ``audio_num_tokens``, for models that declare those
+        fields in :attr:`embedding_fields`."""
+        required, optional = self.embedding_field_sets("audio")
+        return audio_embedding_items(data, required, optional)
+
     def _normalize_audio(self, item: Any) -> Any:
         samples, rate = self._get_audio_with_sr(item)
         return self.audio_normalizer.normalize(samples, rate, channels_first=False)
@@ -212,12 +219,23 @@ class MultiModalDataParser:
             return None
         if self.is_embeddings(data):
             return ImageEmbeddingItems(data, self.expected_hidden_size)
-        if isinstance(data, (Image, MediaRef)) or (
+        items: list[Any]
+        if isinstance(data, (Image, MediaRef, MediaWithBytes)) or (
             isinstance(data, _Array) and data.ndim in (2, 3)
         ):
-            return ImageProcessorItems([data])
-        # Image refs need no preparation: the decoder already converts to the target mode.
-        return ImageProcessorItems(list(data))
+            items = [data]
+        else:
+            items = list(data)
+        # Image refs need no preparation: the decoder already converts to the target mode. A PIL
+        # image is turned upright and made RGB here, as vLLM does, so both hash the same pixels.
+        return ImageProcessorItems(
+            [
+                convert_image_mode(normalize_image(item), "RGB")
+                if isinstance(item, Image)
+                else item
+                for item in items
+            ]
+        )
 
     # --- video -------------------------------------------------------------------------------
 
@@ -228,8 +246,7 @@ class MultiModalDataParser:
             return frames, metadata
         if isinstance(video, list):
             return np.array(video), None
-        if isinstance(video, torch.Tensor):
-            return video.detach().cpu().numpy(), None
+        # Arrays and tensors pass as they are (a device tensor stays on its device, as in vLLM).
         return video, None
 
     def _check_video(self, video: Any) -> Any:
@@ -272,6 +289,19 @@ class MultiModalDataParser:
             video_needs_metadata=self.video_needs_metadata,
         )
 
+    # --- vision chunks ------------------------------------------------------------------------
+
+    def _parse_vision_chunk_data(
+        self, data: ModalityData[Any]
+    ) -> ModalityDataItems[Any, Any] | None:
+        """Images and video chunks of the unified ``vision_chunk`` modality (the request parser
+        has decoded them); one chunk may be given bare."""
+        if data is None:
+            return None
+        if self.is_embeddings(data):
+            raise ValueError("Do not support embedding data for vision_chunk right now")
+        return VisionChunkProcessorItems([data] if isinstance(data, dict) else list(data))
+
     # --- all modalities ----------------------------------------------------------------------
 
     def _get_subparsers(self) -> Mapping[str, ModalityDataParser]:
@@ -279,6 +309,7 @@ class MultiModalDataParser:
             "audio": self._parse_audio_data,
             "image": self._parse_image_data,
             "video": self._parse_video_data,
+            "vision_chunk": self._parse_vision_chunk_data,
         }
 
     def parse_mm_data(self, mm_data: MultiModalDataDict) -> MultiModalDataItems:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mediaref.media.base import MediaWithBytes
 from mediaref.parse._items import ImageSize, ProcessorBatchItems, image_size_of
 
 VIDEO_METADATA_REQUIRED_MESSAGE = (
@@ -19,13 +20,21 @@ VIDEO_METADATA_REQUIRED_MESSAGE = (
 
 
 def split_video(value: Any) -> tuple[Any, dict[str, Any] | None]:
-    """``(frames, metadata)`` of a decoded video item; metadata is None when it has none."""
+    """``(frames, metadata)`` of a decoded video item; metadata is None when it has none.
+
+    Frames wrapped in a ``MediaWithBytes`` come back unwrapped (the hasher reads the wrapper
+    through ``get_item_for_hash``; everything else wants the frames).
+    """
+    if isinstance(value, MediaWithBytes):
+        value = value.media
     if (
         isinstance(value, tuple)
         and len(value) == 2
         and (value[1] is None or isinstance(value[1], Mapping))
     ):
         frames, metadata = value
+        if isinstance(frames, MediaWithBytes):
+            frames = frames.media
         return frames, (dict(metadata) if metadata is not None else None)
     return value, None
 
@@ -99,13 +108,35 @@ class VideoProcessorItems(ProcessorBatchItems[Any]):
             raise ValueError(VIDEO_METADATA_REQUIRED_MESSAGE)
         return frames, metadata
 
+    def get_item_for_hash(self, index: int) -> Any:
+        """What the hasher reads for video ``index``, as vLLM forms it: a ref as itself (its key;
+        never decoded); a ``MediaWithBytes`` paired with the metadata given for it, so the same
+        bytes sampled differently hash differently; a decoded ``(frames, metadata)`` pair whole
+        when the model takes metadata, else its frames alone."""
+        item = self.data[index]
+        given = self._given_metadata[index]
+        if isinstance(item, tuple) and not self.video_needs_metadata:
+            frames, own = item
+            metadata = given if given is not None else own
+            if isinstance(frames, MediaWithBytes) and metadata is not None:
+                return frames, dict(metadata)
+            return frames
+        if isinstance(item, MediaWithBytes) and given is not None:
+            return item, dict(given)
+        return item
+
+    def _present_frames(self, item_idx: int) -> Any:
+        if self.data[item_idx] is None:
+            raise ValueError(f"Cannot get frames of cached video at {item_idx}")
+        return self.get_frames(item_idx)
+
     def get_num_frames(self, item_idx: int) -> int:
-        return len(self.get_frames(item_idx))
+        return len(self._present_frames(item_idx))
 
     def get_frame_size(self, item_idx: int) -> ImageSize:
-        frames = self.get_frames(item_idx)
+        frames = self._present_frames(item_idx)
         if len(frames) == 0:
-            raise ValueError(f"video {item_idx} has no frames")
+            raise ValueError(f"Cannot get size of empty video at {item_idx}")
         return image_size_of(frames[0])
 
 

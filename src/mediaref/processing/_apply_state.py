@@ -2,9 +2,10 @@
 
 Phase 1 hashes, looks up the cache and submits the misses' decodes; the decodes are drained off
 the processing worker (:meth:`MultiModalApplyState.wait_decodes` or its ``_async`` twin); phase 2
-runs the HF processor. The state owns the request's parsed refs: it is a context manager, and
-closing it drains every submitted decode before releasing them, so no payload is freed while a
-worker thread may still be reading it.
+runs the HF processor. The state owns the refs processing forked for the request
+(``ProcessorInputs.owned_refs``; none for inputs built by hand, whose refs stay the caller's): it
+is a context manager, and closing it drains every submitted decode before releasing them, so no
+payload is freed while a worker thread may still be reading it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mediaref.media.decode import (
     unprocessable_media_error,
 )
 from mediaref.media.decode_budget import MediaDecodedBudget
+from mediaref.registry import TimingContext
 
 if TYPE_CHECKING:
     from mediaref.parse import MultiModalDataItems
@@ -51,6 +53,26 @@ class ApplyTimings:
     num_hits: int = 0
     num_misses: int = 0
 
+    def phase(self, name: str) -> _PhaseTimer:
+        """Add the block's wall time to the ``name`` field (``"phase1_s"``...)."""
+        return _PhaseTimer(self, name)
+
+
+class _PhaseTimer:
+    """A plain context manager (no generator frame: every request enters a few)."""
+
+    __slots__ = ("_name", "_start", "_timings")
+
+    def __init__(self, timings: ApplyTimings, name: str) -> None:
+        self._timings, self._name, self._start = timings, name, 0.0
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc_info: object) -> None:
+        elapsed = time.perf_counter() - self._start
+        setattr(self._timings, self._name, getattr(self._timings, self._name) + elapsed)
+
 
 @dataclass
 class MultiModalApplyState:
@@ -58,6 +80,8 @@ class MultiModalApplyState:
 
     inputs: ProcessorInputs
     use_cache: bool
+    timing_ctx: TimingContext = field(default_factory=lambda: TimingContext(enabled=False))
+    """The request's stage timings (vLLM's stages, plus ``decode_media`` for the decode wait)."""
     mm_hashes: MultiModalHashes | None = None
     jobs: list[MediaDecodeJob] = field(default_factory=list)
     timings: ApplyTimings = field(default_factory=ApplyTimings)
@@ -70,7 +94,7 @@ class MultiModalApplyState:
     _closed: bool = False
 
     def __post_init__(self) -> None:
-        self._owned = owned_refs_of(self.inputs.mm_data_items)
+        self._owned = list(self.inputs.owned_refs)
 
     # -- decodes ---------------------------------------------------------------------------
 
@@ -98,7 +122,8 @@ class MultiModalApplyState:
         pending, self._pending = self._pending, []
         start = time.perf_counter()
         try:
-            collect_media_decodes(pending, self.error_factory)
+            with self.timing_ctx.record("decode_media"):
+                collect_media_decodes(pending, self.error_factory)
         finally:
             self.timings.decode_wait_s += time.perf_counter() - start
 
@@ -109,7 +134,8 @@ class MultiModalApplyState:
         pending, self._pending = self._pending, []
         start = time.perf_counter()
         try:
-            await collect_media_decodes_async(pending, self.error_factory)
+            with self.timing_ctx.record("decode_media"):
+                await collect_media_decodes_async(pending, self.error_factory)
         finally:
             self.timings.decode_wait_s += time.perf_counter() - start
 

@@ -67,4 +67,27 @@ def encode_text(tokenizer: Any, text: str, **kwargs: Any) -> list[int]:
     return list(tokenizer.encode(text, **kwargs))
 
 
-__all__ = ["encode_text"]
+@functools.lru_cache(maxsize=2048)
+def _cached_encode(
+    tokenizer: Any, text: str, truncation: bool | None, add_special_tokens: bool
+) -> tuple[int, ...]:
+    kwargs: dict[str, Any] = {"add_special_tokens": add_special_tokens}
+    if truncation is not None:  # None is the tokenizer's own default: leave it out
+        kwargs["truncation"] = truncation
+    return tuple(encode_text(tokenizer, text, **kwargs))
+
+
+def cached_encode(
+    tokenizer: Any,
+    text: str,
+    *,
+    truncation: bool | None = None,
+    add_special_tokens: bool = True,
+) -> list[int]:
+    """``tokenizer.encode(text, ...)``, remembered for the last 2,048 distinct calls (vLLM's
+    ``cached_encode``: dummy texts and other short repeated strings). Each call gets its own list,
+    so a caller extending the result cannot corrupt the cache."""
+    return list(_cached_encode(tokenizer, text, truncation, add_special_tokens))
+
+
+__all__ = ["cached_encode", "encode_text"]

@@ -1,12 +1,13 @@
-"""Calling the HF processor on multimodal items, in four overridable stages.
+"""Calling the HF processor on multimodal items, in four overridable stages (vLLM's signatures).
 
-1. :meth:`HfProcessorStages._get_hf_mm_inputs` extracts and normalizes processor data, kwargs and
-   passthrough data, renames ``audios`` to HF's ``audio``, and adds the dummy text (with
-   ``truncation=False``, attached only to calls that carry dummy text).
-2. :meth:`HfProcessorStages._call_hf_processor` invokes the HF processor.
+1. :meth:`HfProcessorStages._get_hf_mm_inputs` extracts the processor data and passthrough data
+   (:class:`HFMultiModalInputs`), renames vLLM's ``audios`` to HF's ``audio``, and adds the dummy
+   text when the family needs one (:meth:`~HfProcessorStages._get_hf_mm_text`; none by default),
+   with ``truncation=False`` attached only to calls that carry dummy text.
+2. :meth:`HfProcessorStages._call_hf_processor` invokes the HF processor through the context.
 3. :meth:`HfProcessorStages._finalize_hf_mm_data` merges passthrough fields into the output,
-   creating an empty output when nothing went through the processor.
-4. :meth:`HfProcessorStages._postprocess_hf_mm_data` applies model-specific output transforms.
+   creating an empty output when nothing went through the processor, then runs
+4. :meth:`HfProcessorStages._postprocess_hf_mm_data`, the model-specific output transform.
 
 :meth:`HfProcessorStages._apply_hf_processor_main` composes them. Most models override one stage.
 """
@@ -14,8 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from mediaref.processing.context import BaseProcessingInfo
 
@@ -28,15 +28,17 @@ if TYPE_CHECKING:
 _I = TypeVar("_I", bound=BaseProcessingInfo)
 
 
-@dataclass
-class HfMMInputs:
-    """What the HF call receives: text (dummy or none), media, and kwargs; plus passthrough data."""
+class HFMultiModalInputs(NamedTuple):
+    """What the HF call receives, and what bypasses it."""
 
-    text: str | None
-    mm_data: dict[str, Any]
-    mm_kwargs: dict[str, Any]
-    tok_kwargs: dict[str, Any]
-    passthrough_data: dict[str, Any] = field(default_factory=dict)
+    hf_data: dict[str, object]
+    """The data arguments (``images=``, ``audio=``..., ``text=`` when there is dummy text)."""
+
+    hf_kwargs: Mapping[str, object]
+    """The other arguments."""
+
+    passthrough_data: dict[str, object]
+    """Fields put into the output as they are (precomputed embeddings)."""
 
 
 class HfProcessorStages(Generic[_I]):
@@ -46,82 +48,77 @@ class HfProcessorStages(Generic[_I]):
     dummy_inputs: BaseDummyInputsBuilder[_I]
 
     def _get_hf_mm_text(self, mm_counts: Mapping[str, int]) -> str | None:
-        """The text to call the HF processor with: one dummy placeholder per item."""
-        return self.dummy_inputs.get_dummy_text(mm_counts)
+        """The text to call the HF processor with: none by default. A family whose HF processor
+        insists on text with one placeholder per item returns
+        ``self.dummy_inputs.get_dummy_text(mm_counts)``."""
+        return None
 
     def _get_hf_mm_inputs(
-        self,
-        mm_items: MultiModalDataItems,
-        hf_processor_mm_kwargs: Mapping[str, object],
-        tokenization_kwargs: Mapping[str, object],
-    ) -> HfMMInputs:
-        processor_data: dict[str, Any] = {}
-        passthrough_data: dict[str, Any] = {}
+        self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]
+    ) -> HFMultiModalInputs:
+        hf_data: dict[str, object] = {}
+        passthrough_data: dict[str, object] = {}
         processed_counts: dict[str, int] = {}
         for modality, items in mm_items.items():
+            if items.get_count() == 0:
+                continue
             item_data = items.get_processor_data()
             if item_data:
                 processed_counts[modality] = items.get_count()
-            processor_data.update(item_data)
+            hf_data.update(item_data)
             passthrough_data.update(items.get_passthrough_data())
-        if "audios" in processor_data:
-            # vLLM's parse layer says "audios"; HF processors take the standard "audio" keyword.
-            processor_data["audio"] = processor_data.pop("audios")
-
-        tok_kwargs = dict(tokenization_kwargs)
-        text = None
-        if processor_data:
+        if hf_data:
+            # Counted: the items the HF processor sees. Embeddings bypass it, so a placeholder
+            # for them in the dummy text would have no media to go with.
             text = self._get_hf_mm_text(processed_counts)
             if text is not None:
+                hf_data = {"text": text, **hf_data}
                 # The dummy text must never be cut: truncation would drop placeholders.
-                tok_kwargs["truncation"] = False
-        return HfMMInputs(
-            text, processor_data, dict(hf_processor_mm_kwargs), tok_kwargs, passthrough_data
-        )
+                hf_kwargs = {"truncation": False, **hf_kwargs}
+        if "audios" in hf_data:
+            # vLLM's parse layer says "audios"; HF processors take the standard "audio" keyword.
+            hf_data["audio"] = hf_data.pop("audios")
+        return HFMultiModalInputs(hf_data, hf_kwargs, passthrough_data)
 
     def _call_hf_processor(
-        self,
-        prompt: str | None,
-        mm_data: Mapping[str, object],
-        mm_kwargs: Mapping[str, object],
-        tok_kwargs: Mapping[str, object],
+        self, hf_data: Mapping[str, object], hf_kwargs: Mapping[str, object]
     ) -> BatchFeature:
-        hf_processor = self.info.get_hf_processor()
-        call_kwargs: dict[str, Any] = {**mm_data, **mm_kwargs, **tok_kwargs, "return_tensors": "pt"}
-        if prompt is not None:
-            call_kwargs["text"] = prompt
-        outputs: BatchFeature = hf_processor(**call_kwargs)
-        return outputs
-
-    def _finalize_hf_mm_data(
-        self, processed: BatchFeature | None, passthrough_data: Mapping[str, object]
-    ) -> BatchFeature:
-        from transformers import BatchFeature
-
-        output = processed if processed is not None else BatchFeature()
-        output.update(passthrough_data)
-        return output
+        """Call the HF processor on the normalized inputs."""
+        return self.info.ctx.call_hf_processor(
+            self.info.get_hf_processor(**hf_kwargs), hf_data, hf_kwargs
+        )
 
     def _postprocess_hf_mm_data(
-        self, processed: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]
+        self,
+        mm_inputs: Mapping[str, object],
+        hf_processor_mm_kwargs: Mapping[str, object],
+        processed_data: BatchFeature,
     ) -> BatchFeature:
-        return processed
+        """The combined processor and passthrough output, transformed (as it is by default)."""
+        return processed_data
+
+    def _finalize_hf_mm_data(
+        self,
+        hf_data: Mapping[str, object],
+        hf_kwargs: Mapping[str, object],
+        passthrough_data: Mapping[str, object],
+        processed_data: BatchFeature | None = None,
+    ) -> BatchFeature:
+        """Merge the passthrough fields, then run the model's postprocessing."""
+        if processed_data is None:
+            from transformers import BatchFeature
+
+            processed_data = BatchFeature()
+        processed_data.update(passthrough_data)
+        return self._postprocess_hf_mm_data(hf_data, hf_kwargs, processed_data)
 
     def _apply_hf_processor_main(
-        self,
-        mm_items: MultiModalDataItems,
-        hf_processor_mm_kwargs: Mapping[str, object],
-        tokenization_kwargs: Mapping[str, object],
+        self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]
     ) -> BatchFeature:
         """The processed multimodal data of ``mm_items`` (text outputs are the caller's to drop)."""
-        hf_inputs = self._get_hf_mm_inputs(mm_items, hf_processor_mm_kwargs, tokenization_kwargs)
-        processed = None
-        if hf_inputs.mm_data:
-            processed = self._call_hf_processor(
-                hf_inputs.text, hf_inputs.mm_data, hf_inputs.mm_kwargs, hf_inputs.tok_kwargs
-            )
-        finalized = self._finalize_hf_mm_data(processed, hf_inputs.passthrough_data)
-        return self._postprocess_hf_mm_data(finalized, hf_processor_mm_kwargs)
+        hf_data, hf_kwargs, passthrough_data = self._get_hf_mm_inputs(mm_items, hf_kwargs)
+        processed = self._call_hf_processor(hf_data, hf_kwargs) if hf_data else None
+        return self._finalize_hf_mm_data(hf_data, hf_kwargs, passthrough_data, processed)
 
 
-__all__ = ["HfMMInputs", "HfProcessorStages"]
+__all__ = ["HFMultiModalInputs", "HfProcessorStages"]

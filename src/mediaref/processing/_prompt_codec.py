@@ -40,9 +40,23 @@ class TokenIds(tuple):  # type: ignore[type-arg]
 
     A cached item's placeholder run (thousands of ids for a large image) passes through several
     stages on every request; re-checking it at each one was most of a cache hit's cost.
+
+    It also compares equal to a list of the same ids: vLLM holds these sequences as lists
+    (``PromptUpdateDetails.full == [1, 2]`` holds there), while a cached update must stay
+    hashable here, so the tuple answers the comparisons a caller written for lists makes.
     """
 
     __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return len(self) == len(other) and tuple.__eq__(self, tuple(other))
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
 
 
 def as_token_ids(seq: Sequence[int]) -> tuple[int, ...]:

@@ -1,16 +1,18 @@
 """What an update looks for (:class:`PromptIndex`) and puts in (:class:`PromptUpdateDetails`).
 
-Both are plain values: no tokenizer, no closures. A resolved update is cached next to its item and
-may cross a process boundary, so it must pickle and hash; the ``is_embed`` selectors built here
-are therefore small frozen callables rather than lambdas. A hand-written ``is_embed`` function
-still works, but an update holding one pickles only if that function does.
+Both are plain values. A resolved update is cached next to its item and may cross a process
+boundary, so it must pickle and hash: the position resolvers and ``is_embed`` selectors built
+here are small frozen callables rather than lambdas. A hand-written callable still works (vLLM's
+``is_embed=lambda full: ...``), but an update holding one pickles only if that callable does.
+
+``is_embed`` follows vLLM: it receives the content's token ids and returns a bool mask over them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import torch
 
@@ -18,8 +20,22 @@ from mediaref.processing._prompt_codec import PromptCodec, PromptSeq, TokenizerL
 
 _S = TypeVar("_S", str, Sequence[int])
 
-IsEmbedFn = Callable[[TokenizerLike | None, PromptSeq], torch.Tensor]
-"""``(tokenizer, full content) -> bool mask`` of the content's tokens that receive embeddings."""
+IsEmbedFn = Callable[[list[int]], torch.Tensor]
+"""``full content token ids -> bool mask`` of the tokens that receive embeddings (vLLM's form)."""
+
+
+class GetMatchIndex(Protocol):
+    """``(prompt token ids, start_idx) -> index`` (None: the position is not in this prompt)."""
+
+    def __call__(self, prompt: Sequence[int], start_idx: int = 0) -> int | None: ...
+
+
+class GetTextMatchIndex(Protocol):
+    """``(tokenizer, prompt text, start_idx) -> character index`` (the text fallback's form)."""
+
+    def __call__(
+        self, tokenizer: TokenizerLike | None, prompt: str, start_idx: int = 0
+    ) -> int | None: ...
 
 
 def _normalized(seq: PromptSeq) -> str | tuple[int, ...]:
@@ -28,45 +44,83 @@ def _normalized(seq: PromptSeq) -> str | tuple[int, ...]:
 
 @dataclass(frozen=True)
 class PromptIndex:
-    """A position in the prompt, not a sequence to find there; see :class:`PromptIndexTargets`."""
+    """A position in the prompt, not a sequence to find there; see :class:`PromptIndexTargets`.
 
-    kind: Literal["start", "prefix", "end"]
-    prefix: str | Sequence[int] | None = None
+    ``get_match_index`` resolves it in token ids, ``get_text_match_index`` in the decoded text
+    (used only when the updates fall back to text).
+    """
 
-    def __post_init__(self) -> None:
-        if self.kind not in ("start", "prefix", "end"):
-            raise ValueError(f"unknown prompt index kind {self.kind!r}")
-        if (self.kind == "prefix") != (self.prefix is not None):
-            raise ValueError("a prefix index needs a prefix, and only a prefix index takes one")
-        if self.prefix is not None:
-            object.__setattr__(self, "prefix", _normalized(self.prefix))
-
-    def get_match_index(
-        self, tokenizer: TokenizerLike | None, prompt: PromptSeq, start_idx: int = 0
-    ) -> int | None:
-        """The index this target resolves to in ``prompt``, or ``None`` if it does not resolve
-        there or resolves before ``start_idx``."""
-        return self.resolve_in(PromptCodec(tokenizer), prompt, start_idx)
+    get_match_index: GetMatchIndex
+    get_text_match_index: GetTextMatchIndex
 
     def resolve_in(self, codec: PromptCodec, prompt: PromptSeq, start_idx: int = 0) -> int | None:
-        """As :meth:`get_match_index`, with a codec (whose piece cache the prefix shares)."""
-        if self.kind == "start":
-            index = 0
-        elif self.kind == "end":
-            index = len(prompt)
-        else:
-            assert self.prefix is not None
-            if isinstance(prompt, str):
-                prefix_text = codec.text(self.prefix)
-                if not prompt.startswith(prefix_text):
-                    return None
-                index = len(prefix_text)
-            else:
-                prefix_ids = codec.token_ids(self.prefix)
-                if as_token_ids(prompt[: len(prefix_ids)]) != prefix_ids:
-                    return None
-                index = len(prefix_ids)
-        return index if index >= start_idx else None
+        """The index in ``prompt`` (ids or text), with a codec whose piece cache a prefix shares."""
+        if isinstance(prompt, str):
+            return self.get_text_match_index(codec.tokenizer, prompt, start_idx)
+        matcher = self.get_match_index
+        if isinstance(matcher, _PrefixMatch):
+            return matcher.in_codec(codec, prompt, start_idx)
+        return matcher(prompt, start_idx)
+
+
+@dataclass(frozen=True)
+class _StartMatch:
+    """Before the first token or character, whatever the prompt (an empty one included)."""
+
+    def __call__(self, prompt: Sequence[int], start_idx: int = 0) -> int | None:
+        return 0
+
+
+@dataclass(frozen=True)
+class _StartTextMatch:
+    def __call__(self, tokenizer: TokenizerLike | None, prompt: str, start_idx: int = 0) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class _EndMatch:
+    """After the last token: the prompt's length."""
+
+    def __call__(self, prompt: Sequence[int], start_idx: int = 0) -> int | None:
+        return len(prompt)
+
+
+@dataclass(frozen=True)
+class _EndTextMatch:
+    def __call__(self, tokenizer: TokenizerLike | None, prompt: str, start_idx: int = 0) -> int:
+        return len(prompt)
+
+
+@dataclass(frozen=True)
+class _PrefixMatch:
+    """Right after ``prefix`` when the prompt starts with it; only a search from the start finds
+    it (a later search would find the same position again)."""
+
+    prefix: str | tuple[int, ...]
+
+    def __call__(self, prompt: Sequence[int], start_idx: int = 0) -> int | None:
+        return self.in_codec(PromptCodec(None), prompt, start_idx)
+
+    def in_codec(self, codec: PromptCodec, prompt: Sequence[int], start_idx: int) -> int | None:
+        if start_idx != 0:
+            return None
+        prefix_ids = codec.token_ids(self.prefix)
+        if as_token_ids(prompt[: len(prefix_ids)]) != prefix_ids:
+            return None
+        return len(prefix_ids)
+
+
+@dataclass(frozen=True)
+class _PrefixTextMatch:
+    prefix: str | tuple[int, ...]
+
+    def __call__(
+        self, tokenizer: TokenizerLike | None, prompt: str, start_idx: int = 0
+    ) -> int | None:
+        if start_idx != 0:
+            return None
+        prefix_text = PromptCodec(tokenizer).text(self.prefix)
+        return len(prefix_text) if prompt.startswith(prefix_text) else None
 
 
 class PromptIndexTargets:
@@ -75,17 +129,19 @@ class PromptIndexTargets:
     @staticmethod
     def start() -> PromptIndex:
         """Before the first token; resolves even in an empty prompt."""
-        return PromptIndex("start")
+        return PromptIndex(_StartMatch(), _StartTextMatch())
 
     @staticmethod
     def prefix(seq: PromptSeq) -> PromptIndex:
-        """Right after ``seq``, if the prompt starts with it; otherwise nowhere."""
-        return PromptIndex("prefix", seq)
+        """Right after ``seq`` (token ids; text is a mediaref extension), if the prompt starts
+        with it; otherwise nowhere."""
+        normalized = _normalized(seq)
+        return PromptIndex(_PrefixMatch(normalized), _PrefixTextMatch(normalized))
 
     @staticmethod
     def end() -> PromptIndex:
         """After the last token; resolves even in an empty prompt."""
-        return PromptIndex("end")
+        return PromptIndex(_EndMatch(), _EndTextMatch())
 
 
 @dataclass(frozen=True)
@@ -94,31 +150,38 @@ class _EmbedTokenIds:
 
     token_ids: tuple[int, ...]
 
-    def __call__(self, tokenizer: TokenizerLike | None, full: PromptSeq) -> torch.Tensor:
-        full_ids = PromptCodec(tokenizer).token_ids(full)
+    def __call__(self, full: Sequence[int]) -> torch.Tensor:
         return torch.isin(
-            torch.tensor(full_ids, dtype=torch.long), torch.tensor(self.token_ids, dtype=torch.long)
+            torch.tensor(list(full), dtype=torch.long),
+            torch.tensor(self.token_ids, dtype=torch.long),
         )
 
 
 @dataclass(frozen=True)
 class _EmbedText:
-    """``is_embed`` selecting the positions that hold one of the tokens ``text`` encodes to."""
+    """``is_embed`` selecting the tokens ``text`` encodes to: it needs the model's tokenizer, so
+    the processor binds one (:meth:`bind`) before calling it."""
 
     text: str
 
-    def __call__(self, tokenizer: TokenizerLike | None, full: PromptSeq) -> torch.Tensor:
-        embed_ids = PromptCodec(tokenizer).token_ids(self.text)
-        return _EmbedTokenIds(embed_ids)(tokenizer, full)
+    def bind(self, tokenizer: TokenizerLike | None) -> _EmbedTokenIds:
+        return _EmbedTokenIds(PromptCodec(tokenizer).token_ids(self.text))
+
+    def __call__(self, full: Sequence[int]) -> torch.Tensor:
+        raise ValueError(
+            "PromptUpdateDetails.select_text needs the tokenizer: its mask is computed by the "
+            "processor (or bind a tokenizer first with is_embed.bind(tokenizer))"
+        )
 
 
 @dataclass(frozen=True)
 class PromptUpdateDetails(Generic[_S]):
     """The content an update puts into the prompt, and which of its tokens receive embeddings.
 
-    ``full`` is text or token ids (kept as a tuple, so the value hashes); ``is_embed``, given the
-    tokenizer and the content's token ids, returns a bool mask of shape ``(len(full_ids),)``;
-    ``None`` means every token receives an embedding.
+    ``full`` is token ids (or text, a mediaref extension), held as a tuple so the value hashes;
+    it still compares equal to the list it was made from. ``is_embed``, given the content's
+    token ids, returns a bool mask of shape ``(len(full),)``; ``None`` means every token receives
+    an embedding.
     """
 
     full: _S
@@ -144,14 +207,18 @@ class PromptUpdateDetails(Generic[_S]):
 
     @staticmethod
     def select_text(seq: _S, embed_text: str) -> PromptUpdateDetails[_S]:
-        """Only the positions of ``seq`` holding a token of ``embed_text`` receive embeddings."""
+        """Only the positions of ``seq`` holding a token of ``embed_text`` receive embeddings
+        (a mediaref extension: the processor encodes ``embed_text`` with the model's tokenizer)."""
         return PromptUpdateDetails(full=seq, is_embed=_EmbedText(embed_text))
 
     def embed_mask(self, codec: PromptCodec, full_ids: Sequence[int]) -> torch.Tensor | None:
         """The checked ``is_embed`` mask over ``full_ids``; ``None`` when every token embeds."""
-        if self.is_embed is None:
+        is_embed = self.is_embed
+        if is_embed is None:
             return None
-        mask = self.is_embed(codec.tokenizer, list(full_ids))
+        if isinstance(is_embed, _EmbedText):
+            is_embed = is_embed.bind(codec.tokenizer)
+        mask = is_embed(list(full_ids))
         if not isinstance(mask, torch.Tensor) or mask.shape != (len(full_ids),):
             shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
             raise ValueError(

@@ -38,6 +38,8 @@ class PlacedUpdate:
     update: ResolvedPromptUpdate
     offset: int
     length: int
+    update_idx: int = 0
+    """Which of the item's alternative updates was placed."""
 
 
 @dataclass
@@ -180,7 +182,7 @@ def place_updates(
         keep_until = start if update.mode is UpdateMode.REPLACE else end
         pieces.append(prompt[walk.cursor : keep_until])
         out_len += keep_until - walk.cursor
-        walk.record(modality, PlacedUpdate(update, out_len, len(content)))
+        walk.record(modality, PlacedUpdate(update, out_len, len(content), option.update_idx))
         pieces.append(content)
         out_len += len(content)
         walk.cursor = end
@@ -231,6 +233,6 @@ def locate_placeholders(
     walk = _LocateWalk(token_ids, mm_prompt_updates, codec)
     while (candidate := walk.best_candidate()) is not None:
         (start, end), modality, option = candidate
-        walk.record(modality, PlacedUpdate(option.update, start, end - start))
+        walk.record(modality, PlacedUpdate(option.update, start, end - start, option.update_idx))
         walk.cursor = end
     return Placement(token_ids, walk.placed)

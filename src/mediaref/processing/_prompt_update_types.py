@@ -144,10 +144,20 @@ class ResolvedPromptUpdate:
         if not isinstance(self.content, PromptUpdateDetails):
             object.__setattr__(self, "content", PromptUpdateDetails.from_seq(self.content))
 
+    def iter_token_matches(
+        self, prompt: Sequence[int], *, start_idx: int = 0
+    ) -> Iterator[PromptTargetMatch]:
+        """Each occurrence of the target in the token ids ``prompt`` from ``start_idx``, leftmost
+        first and without overlaps; a position target yields its one empty match."""
+        return self.iter_matches(prompt, None, start_idx=start_idx)
+
     def iter_matches(
         self, prompt: PromptSeq, tokenizer: TokenizerLike | None, *, start_idx: int = 0
     ) -> Iterator[PromptTargetMatch]:
-        """Each occurrence of the target in ``prompt`` from ``start_idx``, leftmost first."""
+        """As :meth:`iter_token_matches`, in token ids or text (a text target or prompt needs
+        the tokenizer to convert the other side)."""
+        if start_idx < 0:
+            raise ValueError("start_idx must be non-negative")
         codec = PromptCodec(tokenizer)
         if isinstance(self.target, PromptIndex):
             index = self.target.resolve_in(codec, prompt, start_idx)

@@ -1,168 +1,40 @@
-"""What a model's processing needs to know: its local directory, HF processor, and media decoders.
+"""What a model's processing needs to know: its local directory, HF files, limits and decoders.
 
-Decoder resolution lives here, in :meth:`BaseProcessingInfo.get_media_io`, because this layer has
-the model's configuration: the video backend that matches the model's HF video processor is chosen
-here, and an explicit ``video_backend`` (from ``media_io_kwargs`` or the request) wins.
+:class:`InputProcessingContext` loads the model's HF config, tokenizer and processor offline and
+calls the processor; :class:`BaseProcessingInfo` is the per-family facts a model file supplies
+(limits, data parser, tokenization defaults). Decoder resolution lives here too, in
+:meth:`BaseProcessingInfo.get_media_io`, because this layer has the model's configuration: the
+video backend that matches the model's HF video processor is chosen here, and an explicit
+``video_backend`` (from ``media_io_kwargs`` or the request) wins.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, get_type_hints
 
+from mediaref.exceptions import VLLMValidationError
 from mediaref.media.base import MediaIO
+from mediaref.parse import DictEmbeddingItems, EmbeddingItems, MultiModalDataParser
+from mediaref.processing._input_context import InputProcessingContext
+from mediaref.processing._model_config import (
+    ModelConfig,
+    MultiModalConfig,
+    device_normalize_kwargs,
+)
+from mediaref.processing._tokenize_params import TokenizeParams
+from mediaref.registry import TimingContext
 
-logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The slice of vLLM's model config that multimodal processing reads."""
-
-    model: str
-    """A local model directory (config.json, tokenizer and processor configs; no weights needed)."""
-
-    mm_processor_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    """Extra kwargs for ``AutoProcessor.from_pretrained`` and the HF processor call."""
-
-    media_io_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Per-modality decoder settings, e.g. ``{"video": {"num_frames": 16}}`` (``--media-io-kwargs``)."""
-
-    mm_processor_cache_gb: float | None = None
-    """Processor output cache budget; None reads ``MEDIAREF_MM_PROCESSOR_CACHE_GB`` (4), 0 disables."""
-
-    family: str | None = None
-    """The registered processor family; None reads ``model_type`` from the directory's config.json."""
-
-    trust_remote_code: bool = False
-
-    mm_device_do_normalize: bool | None = None
-    """Rescale and normalize pixels on the device (``FusedMMInputNorm``) instead of in the HF
-    processor, which then emits raw ``uint8`` pixels. None: on exactly when the model family
-    supports it (vLLM 0.33's default); True for a family without support is turned off with a
-    warning. Read the resolved value with :meth:`get_mm_device_do_normalize`."""
-
-    def resolve_mm_device_do_normalize(self, supported: bool) -> bool:
-        """The toggle for a family that does (``supported``) or does not support it, resolved as
-        vLLM 0.33.0's ``ModelConfig`` resolves it, the Rust frontend's veto included."""
-        from mediaref import envs
-
-        requested = self.mm_device_do_normalize
-        if envs.VLLM_USE_RUST_FRONTEND:
-            # vLLM's Rust frontend cannot emit raw pixels; a model behind it expects them
-            # normalized, so the frontend and the model must agree that it is off.
-            if requested:
-                logger.warning(
-                    "VLLM_USE_RUST_FRONTEND is set; it does not support mm_device_do_normalize, "
-                    "forcing mm_device_do_normalize = False."
-                )
-            return False
-        if requested is None:
-            return supported
-        if requested and not supported:
-            logger.warning(
-                "Model does not support mm_device_do_normalize, forcing mm_device_do_normalize = False."
-            )
-            return False
-        return requested
-
-    def get_mm_device_do_normalize(self) -> bool:
-        """The resolved toggle for this model's registered family (False for an unknown one).
-
-        Memoized on the instance (the config is frozen), so the registry is read and a warning
-        logged once per config.
-        """
-        resolved = self.__dict__.get("_resolved_mm_device_do_normalize")
-        if resolved is None:
-            resolved = self.resolve_mm_device_do_normalize(_family_supports_device_normalize(self))
-            object.__setattr__(self, "_resolved_mm_device_do_normalize", resolved)
-        return bool(resolved)
-
-
-def _family_supports_device_normalize(model_config: ModelConfig) -> bool:
-    # The registry sits below this module (processing infos register with it; it builds them
-    # through BaseProcessingInfo.from_model_config, never importing processing itself).
-    from mediaref.registry import MULTIMODAL_REGISTRY
-
-    return MULTIMODAL_REGISTRY.supports_mm_device_do_normalize(model_config)
-
-
-_HF_LOAD_LOCK = threading.RLock()
-
-
-class InputProcessingContext:
-    """Loads and memoizes the model's HF config, tokenizer and processor, offline."""
-
-    def __init__(self, model_config: ModelConfig) -> None:
-        self.model_config = model_config
-        self._memo: dict[Any, Any] = {}
-        self._default_processor: Any = None
-
-    @property
-    def model_path(self) -> Path:
-        return Path(self.model_config.model)
-
-    def _load(self, memo_key: Any, load: Any) -> Any:
-        # One lock for every context: transformers' lazily imported modules are not safe to
-        # import from two threads at once (two models' first requests, parsed on worker threads,
-        # saw "ImportError: cannot import name 'AutoProcessor'"). Loads are rare; hits skip it.
-        memo = self._memo
-        if memo_key in memo:
-            return memo[memo_key]
-        with _HF_LOAD_LOCK:
-            if memo_key not in memo:
-                memo[memo_key] = load()
-            return memo[memo_key]
-
-    def _from_pretrained_kwargs(self) -> dict[str, Any]:
-        # local_files_only: nothing here may reach a model hub at run time.
-        return {
-            "local_files_only": True,
-            "trust_remote_code": self.model_config.trust_remote_code,
-        }
-
-    def get_hf_config(self) -> Any:
-        def load() -> Any:
-            from transformers import AutoConfig
-
-            return AutoConfig.from_pretrained(self.model_path, **self._from_pretrained_kwargs())
-
-        return self._load("config", load)
-
-    def get_hf_processor(self, **kwargs: Any) -> Any:
-        """The model's HF processor, built once per distinct set of construction kwargs."""
-        if not kwargs and self._default_processor is not None:
-            return self._default_processor  # the per-request path: no key building, no lock
-        merged = {**self.model_config.mm_processor_kwargs, **kwargs}
-        memo_key = ("processor", tuple(sorted((k, repr(v)) for k, v in merged.items())))
-
-        def load() -> Any:
-            from transformers import AutoProcessor
-
-            # transformers leaves AutoProcessor.from_pretrained unannotated.
-            return AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
-                self.model_path, **self._from_pretrained_kwargs(), **merged
-            )
-
-        processor = self._load(memo_key, load)
-        if not kwargs:
-            self._default_processor = processor
-        return processor
-
-    def get_tokenizer(self) -> Any:
-        return self.get_hf_processor().tokenizer
-
+if TYPE_CHECKING:
+    from mediaref.inputs import MultiModalDataDict
+    from mediaref.parse import MultiModalDataItems
 
 _InfoT = TypeVar("_InfoT", bound="BaseProcessingInfo")
 
 
 class BaseProcessingInfo:
-    """Model-specific facts for processing: supported modalities, HF processor, decoders."""
+    """Model-specific facts for processing: limits, HF processor, data parser, decoders."""
 
     #: HF video processor class name -> the video loader backend that matches its sampling.
     VIDEO_BACKEND_BY_HF_PROCESSOR: Mapping[str, str] = {}
@@ -190,18 +62,151 @@ class BaseProcessingInfo:
     def model_id(self) -> str:
         return self.ctx.model_config.model
 
-    def get_hf_config(self) -> Any:
-        return self.ctx.get_hf_config()
-
-    def get_hf_processor(self, **kwargs: Any) -> Any:
-        return self.ctx.get_hf_processor(**kwargs)
-
     def get_tokenizer(self) -> Any:
         return self.ctx.get_tokenizer()
 
+    def get_hf_config(self) -> Any:
+        return self.ctx.get_hf_config()
+
+    def get_hf_processor(self, **kwargs: object) -> Any:
+        """The HF processor; a family overrides this to pass its class or its own kwargs."""
+        return self.ctx.get_hf_processor(**kwargs)
+
+    # -- kwargs and tokenization -----------------------------------------------------------
+
+    def get_supported_mm_processor_kwargs(self) -> dict[str, set[str]]:
+        """The kwarg names each HF kwarg scope accepts, read from the processor's annotations."""
+        processor = self.get_hf_processor()
+        hints = get_type_hints(processor.valid_processor_kwargs)
+        supported = {"text_kwargs": set(hints["text_kwargs"].__annotations__)}
+        limits = self.supported_mm_limits
+        if "image" in limits:
+            supported["images_kwargs"] = set(processor.image_processor.valid_kwargs.__annotations__)
+        if "video" in limits:
+            supported["videos_kwargs"] = set(processor.video_processor.valid_kwargs.__annotations__)
+        if "audio" in limits:
+            supported["audio_kwargs"] = set(hints["audio_kwargs"].__annotations__)
+        return supported
+
+    @functools.cached_property
+    def supported_mm_processor_kwargs(self) -> dict[str, set[str]]:
+        return self.get_supported_mm_processor_kwargs()
+
+    def get_default_tok_params(self) -> TokenizeParams:
+        """How prompts for this model are tokenized by default: bounded by its context length,
+        with special tokens."""
+        model_config = self.ctx.model_config
+        encoder_config = model_config.encoder_config or {}
+        return TokenizeParams(
+            max_total_tokens=model_config.derived_max_model_len,
+            do_lower_case=bool(encoder_config.get("do_lower_case", False)),
+            add_special_tokens=True,
+        )
+
+    @functools.cached_property
+    def default_tok_params(self) -> TokenizeParams:
+        return self.get_default_tok_params()
+
+    # -- parsing and limits ----------------------------------------------------------------
+
+    @property
+    def allow_missing_mm_embeddings(self) -> bool:
+        """Whether precomputed embedding tensors may be omitted."""
+        return self.ctx.get_mm_config().allow_missing_mm_embeddings
+
+    def _get_expected_hidden_size(self) -> int | None:
+        # Checked only when embeddings are accepted: a tensor of the right rank but the wrong
+        # width would otherwise reach the model and fail there.
+        model_config = self.ctx.model_config
+        if self.ctx.get_mm_config().enable_mm_embeds:
+            try:
+                return model_config.get_inputs_embeds_size()
+            except (OSError, ValueError):
+                return None
+        return None
+
+    def get_data_parser(self) -> MultiModalDataParser:
+        """The parser that normalizes a request's multimodal data into items; a family with its
+        own data forms returns a subclass."""
+        kwargs: dict[str, Any] = {"expected_hidden_size": self._get_expected_hidden_size()}
+        if self.allow_missing_mm_embeddings:
+            kwargs["allow_missing_mm_embeddings"] = True
+        return MultiModalDataParser(**kwargs)
+
+    @functools.cached_property
+    def data_parser(self) -> MultiModalDataParser:
+        return self.get_data_parser()
+
+    @property
+    def skip_prompt_length_check(self) -> bool:
+        return False
+
     def get_supported_mm_limits(self) -> Mapping[str, int | None]:
-        """Modality -> the most items one prompt may carry (None: no limit)."""
-        raise NotImplementedError
+        """Modality -> the most items one prompt may carry (None: no limit); a modality left
+        out is not supported. Every family defines it."""
+        raise NotImplementedError(f"{type(self).__name__} must define get_supported_mm_limits")
+
+    @functools.cached_property
+    def supported_mm_limits(self) -> Mapping[str, int | None]:
+        return self.get_supported_mm_limits()
+
+    @functools.cached_property
+    def allowed_mm_limits(self) -> Mapping[str, int]:
+        """Per supported modality, the smaller of the model's limit and ``--limit-mm-per-prompt``."""
+        mm_config = self.ctx.get_mm_config()
+        allowed: dict[str, int] = {}
+        for modality, supported in self.supported_mm_limits.items():
+            configured = mm_config.get_limit_per_prompt(modality)
+            allowed[modality] = configured if supported is None else min(configured, supported)
+        return allowed
+
+    def validate_num_items(self, modality: str, num_items: int) -> None:
+        """Refuse more ``modality`` items than one prompt may carry (``VLLMValidationError``)."""
+        if modality not in self.supported_mm_limits and num_items > 0:
+            supported_names = ", ".join(sorted(self.supported_mm_limits)) or "none"
+            raise VLLMValidationError(
+                f"{modality} input is not supported by this model (supported: {supported_names})",
+                parameter=modality,
+            )
+        supported = self.supported_mm_limits.get(modality, 0)
+        allowed = self.allowed_mm_limits.get(modality, 0)
+        if supported is None:
+            supported = allowed
+        limit = min(supported, allowed)
+        if num_items > limit:
+            message = f"At most {limit} {modality}(s) may be provided in one prompt."
+            if num_items <= supported:
+                message += " Set `--limit-mm-per-prompt` to increase this limit."
+            raise VLLMValidationError(message, parameter=modality)
+
+    def parse_mm_data(
+        self, mm_data: MultiModalDataDict, *, validate: bool = True
+    ) -> MultiModalDataItems:
+        """Normalize ``mm_data`` into items; with ``validate``, refuse embeddings unless
+        ``enable_mm_embeds`` and more items than allowed (vLLM's checks)."""
+        mm_items = self.data_parser.parse_mm_data(mm_data)
+        if validate:
+            mm_config = self.ctx.get_mm_config()
+            for modality, items in mm_items.items():
+                if isinstance(items, (EmbeddingItems, DictEmbeddingItems)):
+                    if not mm_config.enable_mm_embeds:
+                        raise VLLMValidationError(
+                            f"You must set `--enable-mm-embeds` to input `{modality}_embeds`",
+                            parameter=modality,
+                        )
+                    if mm_config.get_limit_per_prompt(modality) == 0:
+                        continue  # embeddings may stand in for a modality limited to 0
+                self.validate_num_items(modality, items.get_count())
+        return mm_items
+
+    def get_mm_max_tokens_per_item(
+        self, seq_len: int, mm_counts: Mapping[str, int]
+    ) -> Mapping[str, int] | None:
+        """The most tokens one item of each modality can take, if the family knows it without
+        processing dummy inputs (None: it does not)."""
+        return None
+
+    # -- decoders --------------------------------------------------------------------------
 
     def get_default_video_backend(self) -> str | None:
         """The loader backend bound to this model's HF video processor class, if any."""
@@ -237,4 +242,12 @@ class BaseProcessingInfo:
         raise ValueError(f"no decoder for modality {modality!r}")
 
 
-__all__ = ["BaseProcessingInfo", "InputProcessingContext", "ModelConfig"]
+__all__ = [
+    "BaseProcessingInfo",
+    "InputProcessingContext",
+    "ModelConfig",
+    "MultiModalConfig",
+    "TimingContext",
+    "TokenizeParams",
+    "device_normalize_kwargs",
+]

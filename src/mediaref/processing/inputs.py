@@ -1,8 +1,12 @@
 """What one ``apply()`` call processes, and the per-item hashes that key the processor cache.
 
-An item's hash covers everything its processed output depends on: the model, the item, and the
-kwargs that shape its processing. Two exceptions keep that exact rather than redundant:
+An item's hash covers everything its processed output depends on — the model, the item, and the
+kwargs that shape its processing — with the factors vLLM 0.33 hashes, so a mediaref frontend and
+a vLLM frontend agree on the hash of any item that is not a :class:`~mediaref.MediaRef`:
 
+* ``mm_processor_kwargs`` without the other modalities' scopes (``images_kwargs`` reaches only
+  images...), and ``media_io_kwargs`` as ``{modality: its kwargs}``; a modality that cannot be
+  scoped (``vision_chunk``) hashes every factor;
 * a :class:`~mediaref.MediaRef` without a client UUID hashes as its key, which already holds its
   decode spec, so the modality's ``media_io_kwargs`` are left out (they would count twice);
 * with a client UUID the key is never consulted, so every factor, ``media_io_kwargs`` included,
@@ -12,14 +16,17 @@ kwargs that shape its processing. Two exceptions keep that exact rather than red
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import KW_ONLY, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.hasher import MMHasherAlgorithm, MultiModalHasher
 from mediaref.inputs import MultiModalHashes, MultiModalUUIDDict
 from mediaref.media.base import MediaRef
 from mediaref.parse import MultiModalDataItems
+
+if TYPE_CHECKING:
+    from mediaref.cache import BaseMultiModalProcessorCache
 
 # HF processors route these kwargs to one modality's sub-processor only, so they are kept out of
 # the other modalities' hashes; every other processor kwarg may affect any item.
@@ -29,13 +36,8 @@ _MODALITY_PROCESSOR_KWARGS = {
     "audio": "audio_kwargs",
 }
 
-
-def _scoped_processor_kwargs(modality: str, kwargs: Mapping[str, object]) -> dict[str, object]:
-    own = _MODALITY_PROCESSOR_KWARGS.get(modality)
-    if own is None:  # a modality we cannot scope (e.g. a unified one): keep every factor
-        return dict(kwargs)
-    others = set(_MODALITY_PROCESSOR_KWARGS.values()) - {own}
-    return {key: value for key, value in kwargs.items() if key not in others}
+MultiModalUUIDItems = Mapping[str, Sequence[str | None]]
+"""Per modality, one client UUID (or None) per item."""
 
 
 def mm_uuids_for(
@@ -60,25 +62,61 @@ def mm_uuids_for(
     return given
 
 
+def uuid_items_from(mm_uuids: MultiModalUUIDDict | None) -> dict[str, list[str | None]]:
+    """A request's ``multi_modal_uuids`` as per-item lists (a bare string is one item's UUID)."""
+    items: dict[str, list[str | None]] = {}
+    for modality, given in (mm_uuids or {}).items():
+        if given is None:
+            continue
+        items[modality] = [given] if isinstance(given, str) else list(given)
+    return items
+
+
+def _hash_factors(
+    modality: str,
+    hf_processor_mm_kwargs: Mapping[str, object],
+    media_io_kwargs: Mapping[str, Mapping[str, object]],
+    *,
+    include_media_io: bool,
+) -> dict[str, object]:
+    own = _MODALITY_PROCESSOR_KWARGS.get(modality)
+    if own is None:  # a modality we cannot scope (e.g. a unified one): keep every factor
+        media_io: dict[str, object] = dict(media_io_kwargs)
+        processor_kwargs = dict(hf_processor_mm_kwargs)
+    else:
+        modality_io = media_io_kwargs.get(modality) or {}
+        media_io = {modality: modality_io} if modality_io else {}
+        others = set(_MODALITY_PROCESSOR_KWARGS.values()) - {own}
+        processor_kwargs = {k: v for k, v in hf_processor_mm_kwargs.items() if k not in others}
+    factors: dict[str, object] = {"mm_processor_kwargs": processor_kwargs}
+    if include_media_io:
+        factors["media_io_kwargs"] = media_io
+    return {name: value for name, value in factors.items() if value}
+
+
 @dataclass
 class ProcessorInputs:
-    """The arguments of ``BaseMultiModalProcessor.apply``."""
+    """The arguments of ``BaseMultiModalProcessor.apply``.
+
+    ``cache`` is the processor output cache this request may use (None: none). Processing
+    releases only ``owned_refs``: the forks :meth:`BaseMultiModalProcessor.build_inputs` made. A
+    ``ProcessorInputs`` built by hand owns none, so its caller's refs are never released under it.
+    """
 
     prompt: str | list[int]
     mm_data_items: MultiModalDataItems
+    mm_uuid_items: MultiModalUUIDItems | None = None
     hf_processor_mm_kwargs: Mapping[str, object] = field(default_factory=dict)
-    tokenization_kwargs: Mapping[str, object] = field(default_factory=dict)
-    mm_uuids: MultiModalUUIDDict | None = None
     media_io_kwargs: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    cache: BaseMultiModalProcessorCache | None = None
+    _: KW_ONLY
+    tokenization_kwargs: Mapping[str, object] = field(default_factory=dict)
+    """How a text ``prompt`` is encoded (mediaref: vLLM's prompts arrive as token ids)."""
+    owned_refs: list[MediaRef[Any]] = field(default_factory=list, repr=False)
 
-    def _hash_factors(self, modality: str, *, include_media_io: bool) -> dict[str, object]:
-        factors: dict[str, object] = {
-            "mm_processor_kwargs": _scoped_processor_kwargs(modality, self.hf_processor_mm_kwargs),
-            "tokenization_kwargs": dict(self.tokenization_kwargs),
-        }
-        if include_media_io:
-            factors["media_io_kwargs"] = dict(self.media_io_kwargs.get(modality) or {})
-        return {name: value for name, value in factors.items() if value}
+    def __post_init__(self) -> None:
+        if self.mm_uuid_items is not None:
+            self.mm_uuid_items = uuid_items_from(self.mm_uuid_items)
 
     def get_mm_item_hash(
         self,
@@ -88,18 +126,25 @@ class ProcessorInputs:
         model_id: str,
         hash_algorithm: MMHasherAlgorithm | str = "blake3",
     ) -> str:
-        """The hash of one item (``item`` as stored, i.e. from ``get_raw``)."""
+        """The hash of one item (``item`` as the hasher reads it: ``get_item_for_hash``)."""
         if item_uuid is None:
             if item is None:
                 raise VLLMValidationError(
                     f"{modality} item given as None has no UUID in multi_modal_uuids",
                     parameter="multi_modal_uuids",
                 )
-            factors = self._hash_factors(modality, include_media_io=not isinstance(item, MediaRef))
+            factors = _hash_factors(
+                modality,
+                self.hf_processor_mm_kwargs,
+                self.media_io_kwargs,
+                include_media_io=not isinstance(item, MediaRef),
+            )
             return MultiModalHasher.hash_kwargs(
                 hash_algorithm, model_id=model_id, **{modality: item}, **factors
             )
-        factors = self._hash_factors(modality, include_media_io=True)
+        factors = _hash_factors(
+            modality, self.hf_processor_mm_kwargs, self.media_io_kwargs, include_media_io=True
+        )
         if not factors:
             return item_uuid
         return MultiModalHasher.hash_kwargs(
@@ -113,24 +158,24 @@ class ProcessorInputs:
         hashes: MultiModalHashes = {}
         for modality, items in self.mm_data_items.items():
             count = items.get_count()
-            uuids = mm_uuids_for(modality, self.mm_uuids, count)
+            uuids = mm_uuids_for(modality, self.mm_uuid_items, count)
             hashes[modality] = [
                 self.get_mm_item_hash(
-                    modality, items.get_raw(i), uuids[i], model_id, hash_algorithm
+                    modality, items.get_item_for_hash(i), uuids[i], model_id, hash_algorithm
                 )
                 for i in range(count)
             ]
         return hashes
 
-    def can_use_cache(self, cache: Any | None) -> bool:
+    def can_use_cache(self) -> bool:
         """Whether the processor cache may serve this request.
 
         A cache must be present, and no item may be passthrough data (embeddings the HF processor
         never sees): those bypass processing, so there is no processed output to cache.
         """
-        if cache is None:
+        if self.cache is None:
             return False
         return not any(items.get_passthrough_data() for items in self.mm_data_items.values())
 
 
-__all__ = ["ProcessorInputs", "mm_uuids_for"]
+__all__ = ["MultiModalUUIDItems", "ProcessorInputs", "mm_uuids_for", "uuid_items_from"]

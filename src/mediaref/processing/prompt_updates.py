@@ -6,9 +6,11 @@ per item (:func:`resolve_prompt_updates`, or a cached item's own :class:`Resolve
 and then either
 
 - applies them to prompt token ids it tokenized itself (:func:`apply_prompt_updates`), or
-- finds them where the HF processor already applied them (:func:`find_mm_placeholders`).
+- finds them where the HF processor already applied them (:func:`find_mm_placeholders`, which
+  describes each item as a :class:`PlaceholderFeaturesInfo`, as vLLM's does).
 
-Both produce one :class:`~mediaref.inputs.PlaceholderRange` per item, in item order.
+vLLM's token-level functions (:func:`apply_token_matches`, :func:`iter_token_matches`,
+:func:`replace_token_matches`) are here too, over the same walks.
 
 Applying works on token ids first. A text target can be missing from the token ids even though
 its text is in the prompt, because the tokenizer merged it with its neighbours ("foo" inside the
@@ -23,6 +25,17 @@ from collections.abc import Mapping, Sequence
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import PlaceholderRange
+from mediaref.processing._placeholders import (
+    MultiModalIsCached,
+    MultiModalPromptUpdatesApplyResult,
+    PlaceholderFeaturesInfo,
+    apply_token_matches,
+    find_mm_placeholders,
+    full_groupby_modality,
+    iter_token_matches,
+    placeholder_infos,
+    replace_token_matches,
+)
 from mediaref.processing._prompt_codec import PromptCodec, PromptSeq, TokenizerLike
 from mediaref.processing._prompt_details import (
     IsEmbedFn,
@@ -32,7 +45,6 @@ from mediaref.processing._prompt_details import (
 )
 from mediaref.processing._prompt_placement import (
     MultiModalPromptUpdates,
-    PlacedUpdate,
     Placement,
     locate_placeholders,
     place_updates,
@@ -92,29 +104,24 @@ def _is_complete(placement: Placement, mm_prompt_updates: MultiModalPromptUpdate
     )
 
 
-def _to_ranges(
-    placed: Mapping[str, Sequence[PlacedUpdate]], codec: PromptCodec
-) -> dict[str, list[PlaceholderRange]]:
-    ranges: dict[str, list[PlaceholderRange]] = {}
-    for modality, items in placed.items():
-        ranges[modality] = [
-            PlaceholderRange(
-                offset=item.offset,
-                length=item.length,
-                is_embed=item.update.content.embed_mask(
-                    codec, codec.token_ids(item.update.content.full)
-                ),
-            )
-            for item in items
-        ]
-    return ranges
-
-
 def apply_prompt_updates(
     token_ids: Sequence[int],
     mm_prompt_updates: MultiModalPromptUpdates,
     tokenizer: TokenizerLike | None,
 ) -> tuple[list[int], dict[str, list[PlaceholderRange]]]:
+    """:func:`apply_prompt_updates_with_placeholders`, each placeholder as a range."""
+    new_token_ids, placeholders = apply_prompt_updates_with_placeholders(
+        token_ids, mm_prompt_updates, tokenizer
+    )
+    ranges = {m: [info.to_range() for info in infos] for m, infos in placeholders.items()}
+    return new_token_ids, ranges
+
+
+def apply_prompt_updates_with_placeholders(
+    token_ids: Sequence[int],
+    mm_prompt_updates: MultiModalPromptUpdates,
+    tokenizer: TokenizerLike | None,
+) -> tuple[list[int], dict[str, list[PlaceholderFeaturesInfo]]]:
     """Apply one update per item to ``token_ids``; return the new ids and each item's placeholder.
 
     ``mm_prompt_updates`` maps each modality to its items' resolved updates, in item order (an
@@ -130,7 +137,7 @@ def apply_prompt_updates(
     on_tokens = place_updates(list(token_ids), mm_prompt_updates, codec)
     if _is_complete(on_tokens, mm_prompt_updates):
         assert isinstance(on_tokens.prompt, list)
-        return on_tokens.prompt, _to_ranges(on_tokens.placed, codec)
+        return on_tokens.prompt, placeholder_infos(on_tokens.placed, codec)
     if tokenizer is None:
         raise _missing_targets_error(mm_prompt_updates, on_tokens.found_counts())
 
@@ -155,28 +162,15 @@ def apply_prompt_updates(
             f"placeholder tokens of {', '.join(lost)} could not be found: the content merged "
             "with neighbouring text. Use special tokens (or token ids) for placeholder content."
         )
-    return new_token_ids, _to_ranges(located.placed, codec)
-
-
-def find_mm_placeholders(
-    token_ids: Sequence[int],
-    mm_prompt_updates: MultiModalPromptUpdates,
-    tokenizer: TokenizerLike | None,
-) -> dict[str, list[PlaceholderRange]]:
-    """Locate each item's update content where it was already applied (by the HF processor).
-
-    Items are matched in order to successive occurrences of their content; at one position the
-    modality listed first wins. An item that cannot be found ends its modality's list early:
-    the caller compares the lengths with the item counts.
-    """
-    codec = PromptCodec(tokenizer)
-    located = locate_placeholders(list(token_ids), mm_prompt_updates, codec)
-    return _to_ranges(located.placed, codec)
+    return new_token_ids, placeholder_infos(located.placed, codec)
 
 
 __all__ = [
     "IsEmbedFn",
+    "MultiModalIsCached",
     "MultiModalPromptUpdates",
+    "MultiModalPromptUpdatesApplyResult",
+    "PlaceholderFeaturesInfo",
     "PromptIndex",
     "PromptIndexTargets",
     "PromptInsertion",
@@ -193,6 +187,11 @@ __all__ = [
     "UpdateMode",
     "UpdateTarget",
     "apply_prompt_updates",
+    "apply_prompt_updates_with_placeholders",
+    "apply_token_matches",
     "find_mm_placeholders",
+    "full_groupby_modality",
+    "iter_token_matches",
+    "replace_token_matches",
     "resolve_prompt_updates",
 ]

@@ -1,89 +1,83 @@
-"""The renderer: runs a request's multimodal processing on the single multimodal worker.
+"""The renderer: a model's prompts to engine inputs, multimodal processing on one worker.
 
-The async path splits the cached apply around the decode wait: phase 1 on the worker, the decode
-wait on the event loop, phase 2 on the worker. While one request's media decodes on the media pool,
-the worker runs other requests' phases. Processors that override the composed methods (see
-``supports_two_phase_apply``) take the blocking path, which holds the worker through the decodes.
+vLLM's ``BaseRenderer`` surface over mediaref's multimodal path, assembled from one concern per
+module: the prompt steps (:mod:`._prompt_rendering`: render, tokenize, process for the engine),
+their compositions (:mod:`._compositions`: ``render_cmpl``, ``render_chat``), and the single
+multimodal worker (:mod:`._mm_worker`: :meth:`BaseRenderer.process_multimodal` / ``_async`` take
+a :class:`MultiModalRequest`; the async path splits the cached apply around the decode wait, so
+the worker runs other requests' phases while one request's media decodes). This module holds the
+construction, the tokenizer and model facts, and chat rendering.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
-import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+import functools
+import itertools
+import threading
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
 
-from mediaref.inputs import MultiModalDataDict, MultiModalInputs, MultiModalUUIDDict
-from mediaref.media.decode import await_drained
-from mediaref.processing.context import ModelConfig
-from mediaref.processing.inputs import ProcessorInputs
-from mediaref.processing.processor import BaseMultiModalProcessor, MultiModalApplyState
-from mediaref.processing.torch_threads import set_default_torch_num_threads
-from mediaref.registry import MULTIMODAL_REGISTRY
-
-logger = logging.getLogger(__name__)
+from mediaref.cache.factories import processor_cache_from_config, processor_only_cache_from_config
+from mediaref.exceptions import VLLMValidationError
+from mediaref.processing.context import ModelConfig, TokenizeParams
+from mediaref.processing.processor import BaseMultiModalProcessor
+from mediaref.registry import MULTIMODAL_REGISTRY, MultiModalTimingRegistry
+from mediaref.renderers._compositions import RenderCompositions
+from mediaref.renderers._engine_inputs import DictPrompt, EngineInput
+from mediaref.renderers._mm_worker import MultiModalRequest, MultiModalWorker
+from mediaref.renderers._params import ChatParams, MultiModalCacheStats
 
 _T = TypeVar("_T")
 
 
-@dataclass
-class MultiModalRequest:
-    """One request's multimodal processing arguments, as the renderer receives them."""
-
-    prompt: str | list[int]
-    mm_data: MultiModalDataDict
-    mm_processor_kwargs: Mapping[str, object] = field(default_factory=dict)
-    tokenization_kwargs: Mapping[str, object] = field(default_factory=dict)
-    mm_uuids: MultiModalUUIDDict | None = None
-    media_io_kwargs: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
-    skip_mm_cache: bool = False
+class _LoadFromModel:
+    def __repr__(self) -> str:
+        return "<the model's own tokenizer>"
 
 
-def _bounded_torch_threads(fn: Callable[..., _T], *args: Any) -> _T:
-    """Run one mm-worker job with torch's intra-op threads bounded, as vLLM's renderer does.
+_FROM_MODEL: Any = _LoadFromModel()
 
-    HF preprocessing on all cores would compete with the media pool's decoders; the scope is
-    shared safely with any other open one (see :mod:`mediaref.processing.torch_threads`).
+
+class BaseRenderer(RenderCompositions, MultiModalWorker, Generic[_T]):
+    """Turns a model's prompts, with their multimodal data, into engine inputs.
+
+    ``config`` is a :class:`~mediaref.processing.context.ModelConfig` or a ``VllmConfig``-shaped
+    object (``.model_config``, and optionally ``.observability_config``, ``.scheduler_config``,
+    ``.parallel_config``); ``tokenizer`` defaults to the model's own, and ``None`` means none
+    (token-id prompts only).
     """
-    with set_default_torch_num_threads():
-        return fn(*args)
-
-
-async def _close_after_drain(state: MultiModalApplyState) -> None:
-    """Close a cancelled request's state once its decodes have drained, off the event loop.
-
-    ``state.close()`` drains synchronously: called on the loop while a decode still runs, it
-    would stall every other request for that decode's duration.
-    """
-    try:
-        await state.wait_decodes_async()
-    except Exception:  # the request is cancelled; its decode failure has no reader
-        pass
-    finally:
-        state.close()
-
-
-class BaseRenderer:
-    """Turns requests with multimodal data into model inputs for one model."""
 
     def __init__(
         self,
-        model_config: ModelConfig,
+        config: Any,
+        tokenizer: _T | None = _FROM_MODEL,
         *,
         mm_processor: BaseMultiModalProcessor[Any] | None = None,
     ) -> None:
-        self.model_config = model_config
+        self.config = config
+        self.model_config: ModelConfig = getattr(config, "model_config", config)
+        self._tokenizer = tokenizer
         if mm_processor is None:
-            cache = MULTIMODAL_REGISTRY.processor_cache_from_config(model_config)
-            mm_processor = MULTIMODAL_REGISTRY.create_processor(model_config, cache=cache)
-        self.mm_processor = mm_processor
-        # skip_mm_cache requests share the processing info (and so the loaded HF processor).
-        self._uncached_mm_processor = type(mm_processor)(
-            mm_processor.info, mm_processor.dummy_inputs, cache=None
+            explicit = None if tokenizer is _FROM_MODEL else tokenizer
+            mm_processor = MULTIMODAL_REGISTRY.create_processor(
+                self.model_config,
+                tokenizer=explicit,
+                cache=processor_cache_from_config(config),
+            )
+        self.mm_processor: BaseMultiModalProcessor[Any] | None = mm_processor
+        self._mm_processor_cache = mm_processor.cache
+        # skip_mm_cache requests (and the warmup) use their own cache: they must not change
+        # what the main cache (and any engine-core mirror of it) holds.
+        self._mm_processor_only_cache = processor_only_cache_from_config(config)
+        self._mm_cache_stats = MultiModalCacheStats() if self._mm_processor_cache else None
+        self._pending_invalidations: set[str] = set()
+        self._invalidation_lock = threading.Lock()
+        self._mm_timing_registry = MultiModalTimingRegistry(
+            getattr(config, "observability_config", None)
         )
+        self._mm_request_ids = itertools.count(1)
         # ONE worker, and it must stay one; two independent reasons:
         # 1. The frontend processor cache's get_and_update must run in the same order as the
         #    engine-core cache's, so both evict alike and the frontend can predict what the core
@@ -96,96 +90,153 @@ class BaseRenderer:
             max_workers=1, thread_name_prefix="mediaref-mm"
         )
         self._mm_warmup_future: concurrent.futures.Future[None] | None = None
+        self._mm_warmup_done = False
 
-    # -- warmup and shutdown -----------------------------------------------------------------
+    # -- tokenizer and model facts -------------------------------------------------------------
 
-    def start_mm_warmup(self) -> concurrent.futures.Future[None]:
-        """Exercise the processor once on dummy inputs, in the background, on the mm worker."""
-        if self._mm_warmup_future is None:
-            self._mm_warmup_future = self._mm_executor.submit(
-                _bounded_torch_threads, self._run_mm_warmup
-            )
-        return self._mm_warmup_future
+    @property
+    def tokenizer(self) -> Any | None:
+        if self._tokenizer is _FROM_MODEL:
+            return None if self.mm_processor is None else self.mm_processor.info.ctx.tokenizer
+        return self._tokenizer
 
-    def _run_mm_warmup(self) -> None:
-        processor = self._uncached_mm_processor
-        counts = {modality: 1 for modality in processor.info.get_supported_mm_limits()}
-        try:
-            mm_data = processor.dummy_inputs.get_dummy_mm_data(seq_len=0, mm_counts=counts)
-            prompt = processor.dummy_inputs.get_dummy_text(counts)
-            processor.apply(processor.build_inputs(prompt, mm_data))
-        except Exception:  # a failed warmup must not take the server down
-            logger.warning("multimodal warmup failed", exc_info=True)
+    def get_tokenizer(self) -> Any:
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            raise ValueError("Tokenizer not available when `skip_tokenizer_init=True`")
+        return tokenizer
 
-    def shutdown(self) -> None:
-        self._mm_executor.shutdown(wait=True)
+    def get_mm_processor(self) -> BaseMultiModalProcessor[Any]:
+        if self.mm_processor is None:
+            raise ValueError("Multi-modal processor not available for text-only models")
+        return self.mm_processor
 
-    # -- request preparation -----------------------------------------------------------------
+    def render_completion_suffix(self, prompt: str, suffix: str) -> str | None:
+        """The prompt with a fill-in-the-middle suffix; None: this renderer has no FIM format."""
+        return None
 
-    def _prepare_multimodal_inputs(
-        self, request: MultiModalRequest
-    ) -> tuple[BaseMultiModalProcessor[Any], ProcessorInputs, str]:
-        """Pick the processor (cached or not), parse media and UUIDs; a request ID for logs."""
-        processor = self._uncached_mm_processor if request.skip_mm_cache else self.mm_processor
-        inputs = processor.build_inputs(
-            request.prompt,
-            request.mm_data,
-            request.mm_processor_kwargs,
-            tokenization_kwargs=request.tokenization_kwargs,
-            mm_uuids=request.mm_uuids,
-            media_io_kwargs=request.media_io_kwargs,
-        )
-        return processor, inputs, f"mm-{uuid.uuid4().hex[:12]}"
+    def get_bos_token_id(self) -> int | None:
+        tokenizer = self.tokenizer
+        return None if tokenizer is None else tokenizer.bos_token_id
 
-    def _phase1(
-        self, request: MultiModalRequest
-    ) -> tuple[BaseMultiModalProcessor[Any], MultiModalApplyState]:
-        processor, inputs, request_id = self._prepare_multimodal_inputs(request)
-        logger.debug("%s: phase 1 for %s", request_id, dict(inputs.mm_data_items.get_all_counts()))
-        return processor, processor.apply_phase1(inputs)
+    def get_eos_token_id(self) -> int | None:
+        tokenizer = self.tokenizer
+        return None if tokenizer is None else tokenizer.eos_token_id
 
-    def _process_multimodal_blocking(self, request: MultiModalRequest) -> MultiModalInputs:
-        processor, inputs, _ = self._prepare_multimodal_inputs(request)
-        return processor.apply(inputs)
+    def get_dec_start_token_id(self) -> int:
+        """The decoder start token of an encoder-decoder model (BOS when it names none)."""
+        start = getattr(self.model_config.hf_config, "decoder_start_token_id", None)
+        if start is None:
+            start = self.get_bos_token_id()
+        if start is None:
+            raise RuntimeError("Cannot find decoder start token id or <BOS>")
+        return int(start)
 
-    # -- entry points ------------------------------------------------------------------------
+    def validate_token_ids(self, token_ids: Sequence[int], *, parameter: str | None = None) -> None:
+        """Refuse a token id outside both the model's and the tokenizer's vocabulary."""
+        if not token_ids:
+            return
+        max_token_id = self.model_config.get_vocab_size() - 1
+        tokenizer = self.tokenizer
+        if tokenizer is not None:
+            max_token_id = max(max_token_id, len(tokenizer) - 1)
+        lowest, highest = min(token_ids), max(token_ids)
+        for token_id in (lowest, highest):
+            if token_id < 0 or token_id > max_token_id:
+                raise VLLMValidationError(
+                    f"Token id {token_id} is out of vocabulary", parameter=parameter
+                )
 
-    def process_multimodal(self, request: MultiModalRequest) -> MultiModalInputs:
-        """Process one request from synchronous code (on the mm worker, holding it throughout)."""
-        return self._mm_executor.submit(
-            _bounded_torch_threads, self._process_multimodal_blocking, request
-        ).result()
-
-    async def process_multimodal_async(self, request: MultiModalRequest) -> MultiModalInputs:
-        """Process one request; other requests' phases interleave while its media decodes."""
-        if self.mm_processor.supports_two_phase_apply:
-            return await self._process_multimodal_async(request)
-        return await self._process_multimodal_blocking_async(request)
-
-    def _run_on_mm_worker(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
-        return asyncio.get_running_loop().run_in_executor(
-            self._mm_executor, _bounded_torch_threads, fn, *args
+    def _model_tok_params(self, *, add_special_tokens: bool) -> TokenizeParams:
+        if self.mm_processor is not None:
+            params: TokenizeParams = self.mm_processor.info.default_tok_params
+            return params
+        encoder_config = self.model_config.encoder_config or {}
+        return TokenizeParams(
+            max_total_tokens=self.model_config.derived_max_model_len,
+            do_lower_case=bool(encoder_config.get("do_lower_case", False)),
+            add_special_tokens=add_special_tokens,
         )
 
-    async def _process_multimodal_async(self, request: MultiModalRequest) -> MultiModalInputs:
-        phase1 = self._run_on_mm_worker(self._phase1, request)
-        try:
-            processor, state = await await_drained(phase1)
-        except asyncio.CancelledError:
-            if phase1.done() and not phase1.cancelled() and phase1.exception() is None:
-                # Phase 1 finished, so its state is ours to close; its decodes may still run.
-                await _close_after_drain(phase1.result()[1])
-            raise
-        with state:
-            await state.wait_decodes_async()
-            return await await_drained(self._run_on_mm_worker(processor.apply_phase2, state))
+    @functools.cached_property
+    def default_cmpl_tok_params(self) -> TokenizeParams:
+        return self._model_tok_params(add_special_tokens=True)
 
-    async def _process_multimodal_blocking_async(
-        self, request: MultiModalRequest
-    ) -> MultiModalInputs:
-        return await await_drained(
-            self._run_on_mm_worker(self._process_multimodal_blocking, request)
+    @functools.cached_property
+    def default_chat_tok_params(self) -> TokenizeParams:
+        # The chat template writes the special tokens itself.
+        return self._model_tok_params(add_special_tokens=False)
+
+    # -- chat ----------------------------------------------------------------------------------
+
+    def _chat_model(self) -> Any:
+        # The processing info shares the renderer's loaded HF processor and tokenizer.
+        return self.mm_processor.info if self.mm_processor is not None else self.model_config
+
+    def _rendered_prompt(
+        self, conversation: list[Any], mm_data: Any, mm_uuids: Any, params: ChatParams
+    ) -> DictPrompt:
+        from mediaref.renderers.chat_utils import apply_chat_template
+
+        kwargs = dict(params.chat_template_kwargs)
+        text = apply_chat_template(
+            self._chat_model(),
+            conversation,
+            chat_template=params.chat_template,
+            add_generation_prompt=bool(kwargs.pop("add_generation_prompt", True)),
+            continue_final_message=bool(kwargs.pop("continue_final_message", False)),
+            tools=kwargs.pop("tools", None),
+            chat_template_kwargs=kwargs,
         )
+        prompt: DictPrompt = {"prompt": text}
+        if mm_data is not None:
+            prompt["multi_modal_data"] = mm_data
+        if mm_uuids is not None:
+            prompt["multi_modal_uuids"] = mm_uuids
+        return prompt
+
+    def render_messages(
+        self, messages: list[Any], params: ChatParams
+    ) -> tuple[list[Any], DictPrompt]:
+        """Chat messages to (the conversation, a text prompt with lazy media)."""
+        from mediaref.renderers.chat_utils import parse_chat_messages
+
+        conversation, mm_data, mm_uuids = parse_chat_messages(
+            messages,
+            self._chat_model(),
+            params.chat_template_content_format,  # type: ignore[arg-type]
+            params.media_io_kwargs,
+            params.mm_processor_kwargs,
+            chat_template=params.chat_template,
+        )
+        return conversation, self._rendered_prompt(conversation, mm_data, mm_uuids, params)
+
+    async def render_messages_async(
+        self, messages: list[Any], params: ChatParams
+    ) -> tuple[list[Any], DictPrompt]:
+        """:meth:`render_messages`, fetching the media concurrently, off the event loop."""
+        from mediaref.renderers.chat_utils import parse_chat_messages_async
+
+        conversation, mm_data, mm_uuids = await parse_chat_messages_async(
+            messages,
+            self._chat_model(),
+            params.chat_template_content_format,  # type: ignore[arg-type]
+            params.media_io_kwargs,
+            params.mm_processor_kwargs,
+            chat_template=params.chat_template,
+        )
+        prompt = await asyncio.to_thread(
+            self._rendered_prompt, conversation, mm_data, mm_uuids, params
+        )
+        return conversation, prompt
 
 
-__all__ = ["BaseRenderer", "MultiModalRequest"]
+__all__ = [
+    "BaseRenderer",
+    "ChatParams",
+    "DictPrompt",
+    "EngineInput",
+    "MultiModalCacheStats",
+    "MultiModalRequest",
+    "TokenizeParams",
+]

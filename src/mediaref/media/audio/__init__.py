@@ -1,6 +1,7 @@
 """The audio decoder: encoded bytes to ``(samples, sample_rate)`` at the native rate.
 
-Two backends, tried in order:
+The backend is the decoder's ``audio_backend`` (vLLM's option; :data:`AUDIO_BACKENDS`). The
+default, ``"auto"``, tries two in order:
 
 1. soundfile (libsndfile): WAV, FLAC, Ogg Vorbis/Opus, MP3 and the other formats it lists; fast,
    and its header is cheap to read, so the duration cap can fire when a ref is built.
@@ -8,7 +9,9 @@ Two backends, tried in order:
    video containers, anything else FFmpeg demuxes.
 
 If both fail, ``load_bytes`` raises ``ValueError("Failed to decode audio: soundfile: ...;
-pyav: ...")``. Output: float32 samples shaped (n,) for mono and (channels, n) otherwise, and the
+pyav: ...")``. ``"soundfile"`` and ``"pyav"`` use one of them alone, ``"torchcodec"`` torchcodec
+(imported when used; ``ImportError`` without it). vLLM's ``load_audio*`` helpers, which take a
+path or a buffer, downmix and resample, are here too, on the same backends. Output: float32 samples shaped (n,) for mono and (channels, n) otherwise, and the
 rate as a float. Resampling and channel mixing are the parse layer's job (``MediaRef.map``); the
 decoder never imports librosa, whose first resample pulls in numba for seconds.
 
@@ -30,34 +33,48 @@ The PyAV fallback opens payloads through the audio allow-list of demuxers
 
 from __future__ import annotations
 
+import io
 import math
 from typing import Any, ClassVar
 
-import numpy as np
-import numpy.typing as npt
+import pybase64
+import soundfile as sf
 
 from mediaref import envs
-from mediaref.exceptions import MediaTooLargeError
-from mediaref.media.audio import _pyav as _audio_pyav
+from mediaref.media._embedding_io import EmbeddingMediaIO
 from mediaref.media.audio import _soundfile as _audio_soundfile
 from mediaref.media.audio._caps import AudioLimits, decode_bytes_cap
-from mediaref.media.audio._pcm import DecodeCharge
+from mediaref.media.audio._loaders import (
+    AUDIO_BACKENDS,
+    AudioSamples,
+    check_audio_backend,
+    decode_audio,
+    load_audio,
+    load_audio_pyav,
+    load_audio_soundfile,
+    load_audio_torchcodec,
+)
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
 
-AudioSamples = tuple[npt.NDArray[np.float32], float]
-
-_REASON_MAX_CHARS = 200
+# The decode spec's name for each backend; "auto" keeps the name it always had.
+_DECODER_NAMES = {
+    "auto": "soundfile+pyav",
+    "soundfile": "soundfile",
+    "pyav": "pyav",
+    "torchcodec": "torchcodec",
+}
 
 
 class AudioMediaIO(MediaIO[AudioSamples]):
-    """Decodes audio bytes with soundfile, falling back to PyAV.
+    """Decodes audio bytes with ``audio_backend`` (default: soundfile, falling back to PyAV).
 
     ``max_duration_s`` overrides ``VLLM_MAX_AUDIO_DECODE_DURATION_S`` for this decoder; pass
     ``math.inf`` for no cap. ``decoded_budget`` (vLLM's argument) is the budget every decode
     charges, in place of the running request's; like the caps it never changes the output, so it
-    is not in the spec. Any other keyword is rejected: none would change the decode, and a
-    silently ignored option would be a setting missing from the cache key.
+    is not in the spec. ``audio_backend`` (vLLM's option: one of :data:`AUDIO_BACKENDS`, checked
+    here) is. Any other keyword is kept in ``kwargs`` for custom decoders, as vLLM keeps it, and
+    counted in the spec (so it must be a JSON value): a subclass may decode by it.
     """
 
     modality: ClassVar[str] = "audio"
@@ -69,11 +86,6 @@ class AudioMediaIO(MediaIO[AudioSamples]):
         decoded_budget: MediaDecodedBudget | None = None,
         **kwargs: Any,
     ) -> None:
-        if kwargs:
-            raise TypeError(
-                f"AudioMediaIO got unexpected keyword arguments: {sorted(kwargs)}; "
-                "it accepts only max_duration_s and decoded_budget"
-            )
         if decoded_budget is not None and not isinstance(decoded_budget, MediaDecodedBudget):
             raise TypeError(
                 f"decoded_budget must be a MediaDecodedBudget, got {type(decoded_budget).__name__}"
@@ -90,14 +102,26 @@ class AudioMediaIO(MediaIO[AudioSamples]):
                 f"got {max_duration_s!r}"
             )
         self.max_duration_s = max_duration_s
-
-    def get_decode_spec(self) -> DecodeSpec:
+        backend = kwargs.pop("audio_backend", None)
+        if backend is not None:
+            check_audio_backend(backend)
+        self.audio_backend: str | None = backend
+        self.kwargs = kwargs
+        settings: dict[str, Any] = {
+            "modality": self.modality,
+            "decoder": _DECODER_NAMES[check_audio_backend(backend)],
+        }
+        if kwargs:
+            settings["kwargs"] = kwargs
         # The caps are left out on purpose. They decide whether a decode succeeds, never what
         # a successful decode returns, and the key names the output: decoders that differ only
         # in their caps decode the same bytes to the same samples and should share cache
         # entries. The caps guard decode work, and a cache hit does none; a stricter decoder
         # still rejects a header-declared excess when it builds its own ref.
-        return DecodeSpec(modality=self.modality, decoder="soundfile+pyav")
+        self._spec = DecodeSpec(settings)
+
+    def get_decode_spec(self) -> DecodeSpec:
+        return self._spec
 
     def get_max_bytes(self) -> int | None:
         return envs.size_cap_bytes("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB")
@@ -118,6 +142,9 @@ class AudioMediaIO(MediaIO[AudioSamples]):
         return AudioLimits(self.get_max_duration_s(), self.get_max_decode_bytes())
 
     def load_bytes(self, data: bytes) -> AudioSamples:
+        """Decode now. Over ``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB`` is ``MediaTooLargeError``, as in
+        vLLM, whose ``load_bytes`` checks the size too."""
+        self.check_encoded_size(len(data))
         return self._decode(data, self.get_limits())
 
     def load_bytes_ref(self, data: bytes) -> MediaRef[AudioSamples]:
@@ -131,39 +158,54 @@ class AudioMediaIO(MediaIO[AudioSamples]):
         limits = self.get_limits()
         if limits != AudioLimits():
             _audio_soundfile.check_header(data, limits)
-        return MediaRef(data, lambda: self._decode(data, limits), self.get_decode_spec())
+        return MediaRef(data, lambda: self._decode(data, limits), self._spec)
+
+    def encode_base64(self, media: tuple[Any, float], *, audio_format: str = "WAV") -> str:
+        """``(samples, sample_rate)`` written as ``audio_format`` by soundfile, in base64.
+
+        Samples are (n,) or 2-D: (channels, n) as the decoder returns them, or soundfile's own
+        (n, channels); the longer axis is taken for time.
+        """
+        samples, sample_rate = media
+        with io.BytesIO() as buffer:
+            sf.write(buffer, _frames_first(samples), int(sample_rate), format=audio_format)
+            return pybase64.b64encode(buffer.getvalue()).decode("ascii")
 
     def _decode(self, data: bytes, limits: AudioLimits) -> AudioSamples:
         if self.decoded_budget is not None:
             with decode_budget_scope(self.decoded_budget):
-                return self._decode_in_scope(data, limits)
-        return self._decode_in_scope(data, limits)
+                return decode_audio(data, self.audio_backend, limits)
+        return decode_audio(data, self.audio_backend, limits)
 
-    def _decode_in_scope(self, data: bytes, limits: AudioLimits) -> AudioSamples:
-        charge = DecodeCharge()  # shared: a PyAV retry does not charge the clip twice
-        try:
-            return _audio_soundfile.decode_with_soundfile(data, limits, charge)
-        except MediaTooLargeError:
-            raise  # over the cap: a verdict on the audio, not a reason to try another backend
-        except _audio_soundfile.SOUNDFILE_ERRORS as exc:
-            soundfile_reason = _audio_soundfile.describe_soundfile_error(exc)
-        try:
-            return _audio_pyav.decode_with_pyav(data, limits, charge)
-        except MediaTooLargeError:
-            raise
-        except _audio_pyav.PYAV_ERRORS as exc:
-            pyav_reason = _audio_pyav.describe_pyav_error(exc)
-            raise ValueError(
-                f"Failed to decode audio: soundfile: {_shorten(soundfile_reason)}; "
-                f"pyav: {_shorten(pyav_reason)}"
-            ) from exc
+    def __repr__(self) -> str:
+        return (
+            f"AudioMediaIO(audio_backend={self.audio_backend!r}, "
+            f"max_duration_s={self.max_duration_s!r})"
+        )
 
 
-def _shorten(reason: str) -> str:
-    reason = " ".join(reason.split())
-    if len(reason) <= _REASON_MAX_CHARS:
-        return reason
-    return reason[: _REASON_MAX_CHARS - 3] + "..."
+def _frames_first(samples: Any) -> Any:
+    """(n,) and (n, channels) stay; (channels, n) becomes soundfile's (n, channels)."""
+    if getattr(samples, "ndim", 1) == 2 and samples.shape[0] < samples.shape[1]:
+        return samples.T
+    return samples
 
 
-__all__ = ["AudioMediaIO"]
+class AudioEmbeddingMediaIO(EmbeddingMediaIO):
+    """Loads pre-computed audio embeddings (``audio_embeds``): a ``.npy`` array or a
+    ``torch.save``'d tensor, sparse ones densified; see :mod:`mediaref.media._embedding_io`."""
+
+    modality: ClassVar[str] = "audio"
+    parameter: ClassVar[str] = "audio_embeds"
+
+
+__all__ = [
+    "AUDIO_BACKENDS",
+    "AudioEmbeddingMediaIO",
+    "AudioMediaIO",
+    "AudioSamples",
+    "load_audio",
+    "load_audio_pyav",
+    "load_audio_soundfile",
+    "load_audio_torchcodec",
+]

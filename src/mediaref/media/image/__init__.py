@@ -26,8 +26,9 @@ multi-tenant deployment turns it off (``trust_exif_image_id=False``, or
 behaviour), and every image then keys off its bytes.
 
 **Decoding** takes the first frame of animated formats, applies the EXIF orientation, then converts
-to ``image_mode``, compositing transparency onto ``rgba_background_color`` when the target mode
-has no alpha band; every one of those settings is in the decode spec, hence in the key. Before it
+to ``image_mode`` (None: the image keeps its own mode) with :func:`mediaref.image.convert_image_mode`,
+compositing transparency onto ``rgba_background_color`` when the target mode has no alpha band;
+every one of those settings is in the decode spec, hence in the key. Before it
 rasterizes, the decode charges what the raster takes (4 bytes a pixel and a pointer a row) to the
 request's decoded-bytes budget (``VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES``, see ``decode_budget``):
 ``decoded_budget=`` when given, else the budget of the request whose decode is running.
@@ -37,17 +38,25 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pybase64
 from PIL import Image, ImageMode
 
 from mediaref import envs
 from mediaref.exceptions import MediaRefError
-from mediaref.media.base import DecodeSpec, MediaIO, MediaRef, derive_identity_key
+from mediaref.media._embedding_io import MAGIC_NUMPY_PREFIX, EmbeddingMediaIO
+from mediaref.media.base import (
+    DecodeSpec,
+    MediaIO,
+    MediaRef,
+    MediaWithBytes,
+    derive_identity_key,
+)
 from mediaref.media.decode_budget import MediaDecodedBudget, charge_decoded_bytes
 from mediaref.media.image._containers import (
     WEBP_HEADER_BYTES,
+    gif_header,
     jpeg_header,
     png_header,
     webp_canvas_size,
@@ -77,22 +86,30 @@ _EXIF_IMAGE_ID_KIND = "exif-image-id"
 class ImageMediaIO(MediaIO[Image.Image]):
     """Decodes encoded images into ``PIL.Image.Image`` objects in ``image_mode``.
 
+    ``image_mode`` None keeps each image's own mode (alpha included), as in vLLM.
     ``rgba_background_color`` is what transparent pixels become when ``image_mode`` has no alpha
     band: three ints in 0..255. ``trust_exif_image_id`` says whether an EXIF ImageID may stand
     for the image in its key (None: ``MEDIAREF_TRUST_EXIF_IMAGE_ID`` when a ref is built).
     ``decoded_budget`` (vLLM's argument) is the budget every decode charges, in place of the
-    running request's; it never changes the output, so it is not in the spec.
+    running request's; it never changes the output, so it is not in the spec. Any other keyword
+    (vLLM passes the rest of ``--media-io-kwargs`` through for custom decoders) is kept in
+    ``kwargs`` and, since a subclass may decode by it, counted in the spec: it must be a JSON
+    value.
+
+    ``load_bytes`` returns the image itself, not vLLM's ``MediaWithBytes`` wrapper: fetched
+    images travel as a ``MediaRef`` whose key already stands for the bytes.
     """
 
     modality: ClassVar[str] = "image"
 
     def __init__(
         self,
-        image_mode: str = "RGB",
+        image_mode: str | None = "RGB",
         *,
         rgba_background_color: Sequence[int] = (255, 255, 255),
         trust_exif_image_id: bool | None = None,
         decoded_budget: MediaDecodedBudget | None = None,
+        **kwargs: Any,
     ) -> None:
         self.image_mode = _validated_image_mode(image_mode)
         self.rgba_background_color = _validated_background_color(rgba_background_color)
@@ -102,14 +119,18 @@ class ImageMediaIO(MediaIO[Image.Image]):
             )
         self.trust_exif_image_id = trust_exif_image_id
         self.decoded_budget = decoded_budget
-        self._spec = DecodeSpec(
-            modality=self.modality,
-            decoder="pillow",
-            image_mode=self.image_mode,
-            rgba_background_color=list(self.rgba_background_color),
-            exif_transpose=True,
-            frame=0,
-        )
+        self.kwargs = dict(kwargs)
+        settings: dict[str, Any] = {
+            "modality": self.modality,
+            "decoder": "pillow",
+            "image_mode": self.image_mode,
+            "rgba_background_color": list(self.rgba_background_color),
+            "exif_transpose": True,
+            "frame": 0,
+        }
+        if self.kwargs:
+            settings["kwargs"] = self.kwargs
+        self._spec = DecodeSpec(settings)
 
     def get_decode_spec(self) -> DecodeSpec:
         return self._spec
@@ -151,6 +172,7 @@ class ImageMediaIO(MediaIO[Image.Image]):
             webp_header(data, want_exif=want_exif)
             or jpeg_header(data, want_exif=want_exif)
             or png_header(data, want_exif=want_exif)
+            or gif_header(data)
         )
         image_id: bytes | None = None
         if container is not None:
@@ -181,9 +203,13 @@ class ImageMediaIO(MediaIO[Image.Image]):
             return None
         return derive_identity_key(_EXIF_IMAGE_ID_KIND, image_id, self._spec)
 
-    def encode_base64(self, media: Image.Image, *, image_format: str = "PNG") -> str:
-        """``media`` in ``image_mode``, encoded as ``image_format`` and base64 (vLLM's helper)."""
-        image = convert_image_mode(media, self.image_mode, self.rgba_background_color)
+    def encode_base64(
+        self, media: Image.Image | MediaWithBytes[Image.Image], *, image_format: str = "PNG"
+    ) -> str:
+        """``media`` in ``image_mode`` (None: as it is), encoded as ``image_format``, in base64."""
+        image = media.media if isinstance(media, MediaWithBytes) else media
+        if self.image_mode is not None:
+            image = convert_image_mode(image, self.image_mode, self.rgba_background_color)
         with io.BytesIO() as buffer:
             image.save(buffer, image_format)
             return pybase64.b64encode(buffer.getvalue()).decode("ascii")
@@ -240,7 +266,9 @@ def _decode_failure(exc: Exception) -> ValueError:
     return ValueError(f"Failed to decode image: {str(exc) or type(exc).__name__}")
 
 
-def _validated_image_mode(mode: str) -> str:
+def _validated_image_mode(mode: str | None) -> str | None:
+    if mode is None:
+        return None
     try:
         ImageMode.getmode(mode)
     except (KeyError, TypeError):
@@ -263,4 +291,12 @@ def _validated_background_color(color: Sequence[int]) -> BackgroundColor:
     return (color[0], color[1], color[2])
 
 
-__all__ = ["ImageMediaIO", "read_image_size"]
+class ImageEmbeddingMediaIO(EmbeddingMediaIO):
+    """Loads pre-computed image embeddings (``image_embeds``): a ``.npy`` array or a
+    ``torch.save``'d tensor, sparse ones densified; see :mod:`mediaref.media._embedding_io`."""
+
+    modality: ClassVar[str] = "image"
+    parameter: ClassVar[str] = "image_embeds"
+
+
+__all__ = ["MAGIC_NUMPY_PREFIX", "ImageEmbeddingMediaIO", "ImageMediaIO", "read_image_size"]

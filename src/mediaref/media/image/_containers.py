@@ -94,6 +94,37 @@ def png_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
     return ContainerHeader("PNG", (width, height))
 
 
+def gif_header(data: bytes) -> ContainerHeader | None:
+    """A GIF's size as Pillow will decode it: its screen, grown to hold the first frame.
+
+    Read from the bytes because Pillow's open already allocates: reading the first frame's
+    header it prepares that frame's disposal canvas, a raster of the frame's size, which the
+    header alone may declare at 65535x65535. None when the blocks do not walk to a first image
+    descriptor; the caller's full header parse then decides what the file is.
+    """
+    if data[:6] not in (b"GIF87a", b"GIF89a") or len(data) < 13:
+        return None
+    width, height = struct.unpack("<HH", data[6:10])
+    flags = data[10]
+    offset = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # after the global palette
+    while offset < len(data):
+        introducer = data[offset]
+        if introducer == 0x21:  # an extension: label, then sub-blocks up to the empty one
+            offset += 2
+            while offset < len(data) and data[offset]:
+                offset += 1 + data[offset]
+            offset += 1
+        elif introducer == 0x2C and offset + 9 <= len(data):  # the first image descriptor
+            left, top, frame_width, frame_height = struct.unpack(
+                "<HHHH", data[offset + 1 : offset + 9]
+            )
+            size = (max(width, left + frame_width), max(height, top + frame_height))
+            return ContainerHeader("GIF", size) if size[0] and size[1] else None
+        else:  # a trailer before any image, or bytes that are not a block
+            return None
+    return None
+
+
 def png_without_compressed_text(data: bytes) -> bytes:
     """``data`` without the compressed text chunks Pillow would inflate, if it has any.
 
@@ -247,6 +278,7 @@ def jpeg_scan_count(data: bytes, frame_offset: int = 2) -> int:
 __all__ = [
     "WEBP_HEADER_BYTES",
     "ContainerHeader",
+    "gif_header",
     "header_segments",
     "jpeg_header",
     "jpeg_scan_count",

@@ -41,6 +41,7 @@ from PIL import ExifTags, Image, ImageFile, PngImagePlugin, UnidentifiedImageErr
 
 from mediaref import envs
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
+from mediaref.image import ALLOWED_IMAGE_FORMATS
 from mediaref.media.image._containers import (
     WEBP_HEADER_BYTES,
     ContainerHeader,
@@ -50,9 +51,8 @@ from mediaref.media.image._containers import (
     webp_canvas_size,
 )
 
-ACCEPTED_FORMATS: tuple[str, ...] = ("JPEG", "PNG", "GIF", "WEBP", "BMP")
-"""Pillow plugins run on client bytes. The JPEG plugin also yields MPO (a JPEG with more pictures
-appended, as phones write them); only its first picture, a plain JPEG, is decoded."""
+ACCEPTED_FORMATS: tuple[str, ...] = ALLOWED_IMAGE_FORMATS
+"""Pillow plugins run on client bytes: :data:`mediaref.image.ALLOWED_IMAGE_FORMATS`, the one list."""
 
 MAX_JPEG_SCANS = 500
 """More start-of-scan markers than any encoder writes (libjpeg's progressive script has 10);
@@ -124,8 +124,10 @@ def open_image_header(data: bytes) -> ImageHeader:
 def check_container_header(header: ContainerHeader) -> None:
     """The caps :func:`open_image_header` applies, on a header read from the container bytes."""
     check_pixel_limit(header.size)
-    if header.format == "WEBP":
-        check_pillow_refusal(header.size)  # Pillow's WebP plugin refuses these inside its open
+    if header.format in ("WEBP", "GIF"):
+        # Pillow's WebP plugin refuses these inside its open, and its GIF plugin when the first
+        # frame grows the image past Pillow's own limit.
+        check_pillow_refusal(header.size)
 
 
 def _identify(source: io.BytesIO, size: int) -> ImageFile.ImageFile:

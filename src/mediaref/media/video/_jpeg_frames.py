@@ -1,7 +1,9 @@
 """The ``video/jpeg`` form: a video sent as comma-separated base64 JPEG frames.
 
 As in vLLM, only the first ``num_frames`` frames are kept (-1: every frame), and the rest of the
-text is never split, and the metadata names the backend ``jpeg_sequence``.
+text is never split, and the metadata names the backend ``jpeg_sequence``. The sequence's rate is
+``fps`` (1 by default, as vLLM's); the client may say how it sampled the frames it sent
+(:data:`JPEG_METADATA_OPTIONS`), which the metadata then reports.
 
 A few kilobytes of base64 can declare frames of any size, so nothing is decoded before every kept
 frame's header has been read: each frame is an image, under ``VLLM_MAX_IMAGE_PIXELS``, and the
@@ -12,7 +14,9 @@ the request's decoded-bytes budget and allocated once; frames are decoded one at
 from __future__ import annotations
 
 import binascii
-from typing import TYPE_CHECKING, Protocol
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pybase64
@@ -30,9 +34,48 @@ if TYPE_CHECKING:
 
 JPEG_FRAMES_BACKEND = "jpeg_sequence"
 
-# The rate a frame sequence is assumed to have when the decoder is given no ``fps``: the rate
-# Qwen-VL style clients sample at before sending frames (qwen_vl_utils' FPS = 2.0).
-DEFAULT_JPEG_FRAMES_FPS = 2.0
+# The rate a frame sequence is assumed to have when the decoder is given no ``fps`` (vLLM's).
+DEFAULT_JPEG_FRAMES_FPS = 1.0
+
+JPEG_METADATA_OPTIONS = ("frames_indices", "total_num_frames", "duration", "do_sample_frames")
+"""What a client may say about the frames it sent: which frames of its video they are, how many
+the video has, how long it lasts, and whether the processor may sample them again."""
+
+
+def check_jpeg_metadata_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` (of :data:`JPEG_METADATA_OPTIONS`) checked for type, as plain JSON values.
+
+    Whether they agree with the frames sent is checked when the frames are decoded.
+    """
+    checked: dict[str, Any] = {}
+    indices = options.get("frames_indices")
+    if indices is not None:
+        if not isinstance(indices, (list, tuple)) or not all(_is_int(i) for i in indices):
+            raise ValueError("frames_indices must be a list of integers")
+        checked["frames_indices"] = [int(i) for i in indices]
+    if "total_num_frames" in options:
+        total = options["total_num_frames"]
+        if not _is_int(total) or total < 1:
+            raise ValueError("total_num_frames must be a positive integer")
+        checked["total_num_frames"] = int(total)
+    duration = options.get("duration")
+    if duration is not None:
+        if not _is_number(duration) or not math.isfinite(duration) or duration < 0:
+            raise ValueError("duration must be a non-negative number")
+        checked["duration"] = float(duration)
+    if "do_sample_frames" in options:
+        if not isinstance(options["do_sample_frames"], bool):
+            raise ValueError("do_sample_frames must be a boolean")
+        checked["do_sample_frames"] = options["do_sample_frames"]
+    return checked
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 class FrameImageDecoder(Protocol):
@@ -52,10 +95,16 @@ def split_jpeg_frames(text: bytes, num_frames: int) -> list[bytes]:
 
 
 def load_jpeg_frames(
-    text: bytes, image_io: FrameImageDecoder, fps: float | None, num_frames: int = ALL_FRAMES
+    text: bytes,
+    image_io: FrameImageDecoder,
+    fps: float | None,
+    num_frames: int = ALL_FRAMES,
+    metadata_options: Mapping[str, Any] | None = None,
 ) -> tuple[VideoFrames, VideoMetadata]:
     """Decode the first ``num_frames`` frames of ``text`` (base64 frames joined by commas).
 
+    ``metadata_options`` (checked by :func:`check_jpeg_metadata_options`) describe how the
+    client sampled the frames; ValueError when they disagree with the frames sent.
     Raises ValueError("Failed to decode video: ...") naming the first frame that fails, and
     :class:`~mediaref.exceptions.MediaTooLargeError` for a frame over the pixel cap or a stack
     over the request's budget, before any frame is decoded.
@@ -80,15 +129,24 @@ def load_jpeg_frames(
             )
         frames[position] = rgb
     assert frames is not None  # split() yields at least one part
-    total = len(parts)
+    sent = len(parts)
+    options = metadata_options or {}
+    indices = options.get("frames_indices", list(range(sent)))
+    if len(indices) != sent:
+        raise ValueError(
+            f"frames_indices length ({len(indices)}) must match number of frames sent ({sent})"
+        )
+    total = options.get("total_num_frames", sent)
+    if total < sent:
+        raise ValueError(f"total_num_frames ({total}) must be >= number of frames sent ({sent})")
     metadata: VideoMetadata = {
         "total_num_frames": total,
         "fps": frame_rate,
-        "duration": total / frame_rate,
+        "duration": options.get("duration", total / frame_rate),
         "video_backend": JPEG_FRAMES_BACKEND,
-        "frames_indices": list(range(total)),
+        "frames_indices": list(indices),
         # The client chose these frames; resampling them again would drop some of its choice.
-        "do_sample_frames": False,
+        "do_sample_frames": options.get("do_sample_frames", False),
         "width": int(frames.shape[2]),
         "height": int(frames.shape[1]),
     }

@@ -37,32 +37,40 @@ def validate_fps(fps: float | None) -> float | None:
 
 
 def count_frames_to_sample(
-    total_num_frames: int, num_frames: int, fps: float | None, video_fps: float
+    total_num_frames: int, num_frames: int, fps: float | None, duration: float
 ) -> int:
     """How many frames to keep: the smallest of the total, ``num_frames`` and duration * fps.
 
-    At least one frame is kept from a non-empty video. When the video's own rate is unknown its
-    duration is too, so the fps cap cannot be computed and is not applied.
+    At least one frame is kept from a non-empty video. When the video's duration is unknown (0,
+    as when its rate is), the fps cap cannot be computed and is not applied; vLLM would keep a
+    single frame then.
     """
     count = total_num_frames
     if num_frames > 0:
         count = min(count, num_frames)
-    if fps is not None and video_fps > 0:
-        duration = total_num_frames / video_fps
+    if fps is not None and fps > 0 and duration > 0:
         count = min(count, math.floor(duration * fps))
     return max(1, count) if total_num_frames > 0 else 0
 
 
-def sample_frame_indices(
-    total_num_frames: int, num_frames: int, fps: float | None, video_fps: float
+def uniform_frame_indices(
+    total_num_frames: int, num_frames: int, fps: float | None, duration: float
 ) -> list[int]:
     """The frame indices to keep, ascending and distinct, spread uniformly over the video.
 
     Every index when the count equals the total; otherwise ``linspace(0, total - 1, count)``
     truncated to ints, which is distinct because the count never exceeds the total.
     """
-    count = count_frames_to_sample(total_num_frames, num_frames, fps, video_fps)
+    count = count_frames_to_sample(total_num_frames, num_frames, fps, duration)
     if count == total_num_frames:
         return list(range(total_num_frames))
     indices: list[int] = np.linspace(0, total_num_frames - 1, count, dtype=int).tolist()
     return indices
+
+
+def sample_frame_indices(
+    total_num_frames: int, num_frames: int, fps: float | None, video_fps: float
+) -> list[int]:
+    """:func:`uniform_frame_indices` for a video of ``total_num_frames`` at ``video_fps``."""
+    duration = total_num_frames / video_fps if video_fps > 0 else 0.0
+    return uniform_frame_indices(total_num_frames, num_frames, fps, duration)

@@ -1,0 +1,201 @@
+"""``VideoBackend``: a sampling rule decoded with a chosen codec, and the uniform rule itself.
+
+Every codec-based loader derives from :class:`VideoBackend`: its ``load_bytes`` resolves the codec
+(the ``backend`` option), decodes the frames :meth:`compute_frames_index_to_sample` picks and
+builds vLLM's metadata. Subclasses change the rule, the defaults in their ``load_bytes``
+signature, or finish the frames afterwards.
+
+``sampling_options`` lists the options a loader's rule reads; when a class declares it (it is
+read from the class itself, never inherited), a :class:`~mediaref.media.video.VideoMediaIO`
+refuses any other option when it is built. A subclass that declares none takes any option, as
+vLLM's loaders do, and its rule reads what it knows.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from mediaref.media.video._sampling import uniform_frame_indices
+from mediaref.media.video.decoders import (
+    UnsupportedCodecOptionError,
+    VideoDecoderBackend,
+    check_video_codec,
+    decode_video,
+    resolve_video_backend_kwargs,
+)
+from mediaref.media.video.decoders.base import VideoSourceMetadata, VideoTargetMetadata
+from mediaref.media.video.decoders.pyav import decode_pyav_detailed
+from mediaref.media.video.loader_registry import (
+    VIDEO_LOADER_REGISTRY,
+    DecodedFrames,
+    VideoLoader,
+    VideoMetadata,
+    refuse_unknown_options,
+)
+
+logger = logging.getLogger(__name__)
+
+# load_bytes parameters besides num_frames and fps, which VideoMediaIO passes itself.
+_LOAD_OPTIONS = frozenset({"max_duration", "frame_recovery", "backend"})
+
+
+@dataclass
+class DecodedSample:
+    """One codec decode: the frames, the source figures, the indices asked for and those read,
+    and what the PyAV codec reports about its work (``details``)."""
+
+    frames: Any
+    source: VideoSourceMetadata
+    frame_idx: list[int]
+    valid: list[int]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def decode_sample(
+    loader_cls: Any,
+    data: bytes,
+    target: VideoTargetMetadata,
+    options: dict[str, Any],
+    *,
+    backend: str,
+    frame_recovery: bool,
+) -> DecodedSample:
+    """Decode ``loader_cls``'s sample of ``data`` with the codec ``backend``."""
+    sampling_kwargs, codec_kwargs = resolve_video_backend_kwargs(backend, options)
+    if backend == "pyav":
+        result = decode_pyav_detailed(loader_cls, data, target, sampling_kwargs)
+        return DecodedSample(*result.as_tuple(), details=result.details)
+    frames, source, frame_idx, valid = decode_video(
+        backend,
+        loader_cls,
+        data,
+        target,
+        sampling_kwargs,
+        codec_kwargs,
+        frame_recovery=frame_recovery,
+    )
+    return DecodedSample(frames, source, frame_idx, valid)
+
+
+def default_codec(loader: Any) -> str:
+    """The codec ``loader.load_bytes`` decodes with when no ``backend`` option is given."""
+    parameter = inspect.signature(loader.load_bytes).parameters.get("backend")
+    if parameter is None or not isinstance(parameter.default, str):
+        return "pyav"
+    return parameter.default
+
+
+def check_codec_options(
+    loader: Any, options: Mapping[str, Any], accepted: frozenset[str] | None, *, name: str
+) -> None:
+    """Vet a codec-based loader's options: a known, usable codec, no other codec's options,
+    ``frame_recovery`` only where supported, and (when ``accepted`` is given) nothing else."""
+    codec = options.get("backend", default_codec(loader))
+    sampling, _ = resolve_video_backend_kwargs(codec, dict(options))
+    if options.get("frame_recovery") and codec not in ("opencv", "pyav"):
+        raise UnsupportedCodecOptionError(
+            f"frame_recovery is not supported by the {codec!r} backend"
+        )
+    check_video_codec(codec)
+    if accepted is not None:
+        refuse_unknown_options(sampling, set(accepted | _LOAD_OPTIONS), name=name)
+
+
+@VIDEO_LOADER_REGISTRY.register("opencv")
+class VideoBackend(VideoLoader):
+    """Uniform sampling: ``num_frames`` frames spread evenly over the video, or one every
+    ``1/fps`` seconds, whichever gives fewer (-1: no limit); at least one frame.
+
+    The codec is the ``backend`` option (``pyav``, ``opencv``, ``torchcodec``); registered as
+    ``opencv``, vLLM's name, it decodes with OpenCV unless told otherwise (``pyav`` is the
+    same rule on mediaref's default codec). ``frame_recovery`` replaces an unreadable frame by
+    the next readable one (OpenCV; PyAV always does). ``max_duration`` is read by
+    duration-aware subclasses only.
+    """
+
+    decoder_version: ClassVar[str] = "uniform/1"
+    sampling_options: ClassVar[frozenset[str] | None] = frozenset()
+    _sampling_suffix: ClassVar[str] = ""
+
+    @classmethod
+    def compute_frames_index_to_sample(
+        cls, source: VideoSourceMetadata, target: VideoTargetMetadata, **kwargs: Any
+    ) -> list[int]:
+        fps = target.fps if target.fps > 0 else None
+        return uniform_frame_indices(
+            source.total_frames_num, target.num_frames, fps, source.duration
+        )
+
+    @classmethod
+    def load_bytes(
+        cls,
+        data: bytes,
+        num_frames: int = -1,
+        fps: float = -1,
+        max_duration: float = 300,
+        frame_recovery: bool = False,
+        *,
+        backend: VideoDecoderBackend = "opencv",
+        **kwargs: Any,
+    ) -> tuple[DecodedFrames, VideoMetadata]:
+        """``(frames, metadata)`` of the frames this loader's rule samples from ``data``.
+
+        ``kwargs``: the rule's options and the codec's (``num_ffmpeg_threads``, ``seek_mode``,
+        ``device`` for torchcodec); another codec's option raises ValueError.
+        """
+        sample = cls._decode_sample(
+            data, num_frames, fps, max_duration, frame_recovery, backend=backend, options=kwargs
+        )
+        return sample.frames, cls._metadata(sample, backend)
+
+    @classmethod
+    def _decode_sample(
+        cls,
+        data: bytes,
+        num_frames: int,
+        fps: float | None,
+        max_duration: float,
+        frame_recovery: bool,
+        *,
+        backend: str,
+        options: dict[str, Any],
+    ) -> DecodedSample:
+        target = VideoTargetMetadata(num_frames, -1 if fps is None else fps, max_duration)
+        sample = decode_sample(
+            cls, data, target, options, backend=backend, frame_recovery=frame_recovery
+        )
+        asked = len(set(sample.frame_idx))
+        if len(sample.valid) < asked:
+            logger.warning(
+                "%s video loading: expected %d frames but got %d", backend, asked, len(sample.valid)
+            )
+        return sample
+
+    @classmethod
+    def _metadata(cls, sample: DecodedSample, backend: str) -> VideoMetadata:
+        metadata = cls.create_hf_metadata(
+            source=sample.source,
+            valid_frame_indices=sample.valid,
+            video_backend=f"{backend}{cls._sampling_suffix}",
+        )
+        for key, value in sample.details.items():
+            metadata.setdefault(key, value)
+        return metadata
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any], *, name: str | None = None) -> None:
+        accepted = cls.__dict__.get("sampling_options")
+        check_codec_options(cls, options, accepted, name=name or cls.__qualname__)
+
+
+__all__ = [
+    "DecodedSample",
+    "VideoBackend",
+    "check_codec_options",
+    "decode_sample",
+    "default_codec",
+]

@@ -1,0 +1,164 @@
+"""The prompt half of a multimodal processor: resolving a model's prompt updates per item,
+applying them to the prompt's token ids, and checking that every item found its place.
+
+The hooks keep vLLM's names and signatures, so a model file overriding one (say
+``_postprocess_prompt`` or ``_recompute_cached_prompt_update``) runs unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Generic, NamedTuple, TypeVar
+
+from mediaref.inputs import MultiModalHashes, MultiModalKwargsItems
+from mediaref.parse import MultiModalDataItems
+from mediaref.processing._prompt_codec import TokenizerLike
+from mediaref.processing.context import BaseProcessingInfo
+from mediaref.processing.prompt_updates import (
+    MultiModalPromptUpdates,
+    MultiModalPromptUpdatesApplyResult,
+    PlaceholderFeaturesInfo,
+    PromptUpdate,
+    ResolvedPromptUpdate,
+    apply_prompt_updates_with_placeholders,
+    apply_token_matches,
+    find_mm_placeholders,
+    resolve_prompt_updates,
+)
+
+_I = TypeVar("_I", bound=BaseProcessingInfo)
+
+
+class MultiModalProcessingResult(NamedTuple):
+    """What HF processing (cached or not) gives the prompt-update stage."""
+
+    prompt_ids: list[int]
+    kwargs: MultiModalKwargsItems
+    """Per modality, each item's model inputs (None for an item the engine's cache holds)."""
+    hashes: MultiModalHashes
+    prompt_updates: MultiModalPromptUpdates
+
+
+class PromptUpdateStages(Generic[_I]):
+    """Prompt updates: declared by the model, resolved per item, applied to the token ids."""
+
+    info: _I
+
+    @abstractmethod
+    def _get_prompt_updates(
+        self,
+        mm_items: MultiModalDataItems,
+        hf_processor_mm_kwargs: Mapping[str, object],
+        out_mm_kwargs: MultiModalKwargsItems,
+    ) -> Sequence[PromptUpdate]:
+        """The prompt updates of ``mm_items``, given their processed outputs."""
+
+    def _bind_and_group_updates(
+        self, prompt_updates: Sequence[PromptUpdate], mm_item_counts: Mapping[str, int]
+    ) -> MultiModalPromptUpdates:
+        return resolve_prompt_updates(prompt_updates, mm_item_counts)
+
+    def _get_mm_prompt_updates(
+        self,
+        mm_items: MultiModalDataItems,
+        hf_processor_mm_kwargs: Mapping[str, object],
+        out_mm_kwargs: MultiModalKwargsItems,
+    ) -> MultiModalPromptUpdates:
+        updates = self._get_prompt_updates(
+            mm_items=mm_items,
+            hf_processor_mm_kwargs=hf_processor_mm_kwargs,
+            out_mm_kwargs=out_mm_kwargs,
+        )
+        return self._bind_and_group_updates(updates, mm_items.get_all_counts())
+
+    def _recompute_cached_prompt_update(
+        self, cached_update: ResolvedPromptUpdate, new_item_idx: int
+    ) -> ResolvedPromptUpdate:
+        """A cached item's update for its position in this request (override to recompute more
+        than the item index)."""
+        if cached_update.item_idx == new_item_idx:
+            return cached_update
+        return dataclasses.replace(cached_update, item_idx=new_item_idx)
+
+    def _postprocess_prompt(self, prompt: list[int]) -> list[int]:
+        """Prompt transforms the HF processor applies regardless of media (none by default)."""
+        return prompt
+
+    def _find_mm_placeholders(
+        self, new_token_ids: list[int], mm_prompt_updates: MultiModalPromptUpdates
+    ) -> Mapping[str, list[PlaceholderFeaturesInfo]]:
+        return find_mm_placeholders(new_token_ids, mm_prompt_updates, tokenizer=self._tokenizer())
+
+    def _apply_token_matches(
+        self, prompt: list[int], mm_prompt_updates: MultiModalPromptUpdates
+    ) -> tuple[list[int], MultiModalPromptUpdatesApplyResult]:
+        return apply_token_matches(prompt, mm_prompt_updates, tokenizer=self._tokenizer())
+
+    def _tokenizer(self) -> TokenizerLike | None:
+        ctx = self.info.ctx
+        return ctx.tokenizer if ctx.has_tokenizer() else None
+
+    def _apply_prompt_updates(
+        self, token_ids: list[int], mm_prompt_updates: MultiModalPromptUpdates
+    ) -> tuple[list[int], Mapping[str, list[PlaceholderFeaturesInfo]]]:
+        """Apply the updates to the token ids, falling back to the decoded text for a target the
+        tokenizer merged with its neighbours. A prompt lacking a placeholder for some item is a
+        ``VLLMValidationError`` (400) naming the modality."""
+        return apply_prompt_updates_with_placeholders(
+            token_ids,
+            mm_prompt_updates,
+            self._tokenizer(),
+        )
+
+    def _validate_mm_kwargs(
+        self, mm_kwargs: MultiModalKwargsItems, mm_item_counts: Mapping[str, int]
+    ) -> None:
+        for modality, count in mm_item_counts.items():
+            found = len(mm_kwargs.get(modality, []))
+            if found != count:
+                raise RuntimeError(
+                    f"Expected {count} {modality} item(s) in the processed keyword arguments, "
+                    f"found {found}: the model's `_get_mm_fields_config` does not match what "
+                    "`_apply_hf_processor_main` returns."
+                )
+
+    def _validate_mm_updates(
+        self, mm_updates: MultiModalPromptUpdates, mm_item_counts: Mapping[str, int]
+    ) -> None:
+        for modality, count in mm_item_counts.items():
+            found = len(mm_updates.get(modality, []))
+            if found != count:
+                raise RuntimeError(
+                    f"Expected {count} prompt update(s) for {count} {modality} item(s), found "
+                    f"{found}: the model's `_get_prompt_updates` gives no update for {modality}."
+                )
+
+    def _validate_mm_placeholders(
+        self,
+        mm_placeholders: Mapping[str, list[PlaceholderFeaturesInfo]],
+        mm_item_counts: Mapping[str, int],
+    ) -> None:
+        for modality, count in mm_item_counts.items():
+            found = len(mm_placeholders.get(modality, []))
+            if found != count:
+                raise RuntimeError(
+                    f"Expected {count} prompt placeholder(s) for {count} {modality} item(s), "
+                    f"found {found}."
+                )
+
+    def _maybe_apply_prompt_updates(
+        self, mm_items: MultiModalDataItems, mm_res: MultiModalProcessingResult
+    ) -> tuple[list[int], Mapping[str, list[PlaceholderFeaturesInfo]]]:
+        counts = mm_items.get_all_counts()
+        self._validate_mm_kwargs(mm_res.kwargs, counts)
+        self._validate_mm_updates(mm_res.prompt_updates, counts)
+        prompt_ids, placeholders = self._apply_prompt_updates(
+            mm_res.prompt_ids, mm_res.prompt_updates
+        )
+        self._validate_mm_placeholders(placeholders, counts)
+        return prompt_ids, placeholders
+
+
+__all__ = ["MultiModalProcessingResult", "PromptUpdateStages"]

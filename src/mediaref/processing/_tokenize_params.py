@@ -1,0 +1,157 @@
+"""How a prompt is tokenized and bounded: vLLM's ``TokenizeParams``.
+
+The processing info supplies the model's defaults (:meth:`BaseProcessingInfo.get_default_tok_params`)
+and the renderer applies them: before tokenization the text is lower-cased if asked and refused
+when it could not fit the context at all; after it, the token ids are truncated to
+``truncate_prompt_tokens`` (from ``truncation_side``) and refused when they exceed the context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mediaref.exceptions import VLLMValidationError
+
+# A token never spans more characters than this in practice (vLLM's tokenizers report their own
+# ``max_chars_per_token``); the pre-check only refuses text that cannot possibly fit.
+_DEFAULT_MAX_CHARS_PER_TOKEN = 32
+
+
+def _max_chars_per_token(tokenizer: Any) -> int:
+    value = getattr(tokenizer, "max_chars_per_token", None)
+    return int(value) if isinstance(value, int) and value > 0 else _DEFAULT_MAX_CHARS_PER_TOKEN
+
+
+@dataclass(frozen=True)
+class TokenizeParams:
+    """How to tokenize a prompt and which lengths it may have."""
+
+    max_total_tokens: int | None
+    """Input plus output tokens allowed: usually the model's context length."""
+
+    max_output_tokens: int | None = 0
+    truncate_prompt_tokens: int | None = None
+    """Keep this many prompt tokens (-1: as many as fit); None: no truncation."""
+
+    truncation_side: Literal["left", "right"] | None = None
+    do_lower_case: bool = False
+    add_special_tokens: bool = True
+    return_token_offsets: bool = False
+    needs_detokenization: bool = False
+
+    def __post_init__(self) -> None:
+        if self.truncation_side not in (None, "left", "right"):
+            raise VLLMValidationError(
+                "`truncation_side` must be either 'left' or 'right'.",
+                parameter="truncation_side",
+                value=self.truncation_side,
+            )
+        total, output = self.max_total_tokens, self.max_output_tokens
+        if total is not None and output is not None and output > total:
+            raise VLLMValidationError(
+                f"max_output_tokens={output} cannot be greater than max_total_tokens={total}.",
+                parameter="max_output_tokens",
+                value=output,
+            )
+        keep = self.truncate_prompt_tokens
+        if total is not None and keep is not None and keep > total:
+            raise VLLMValidationError(
+                f"truncate_prompt_tokens={keep} cannot be greater than max_total_tokens={total}.",
+                parameter="truncate_prompt_tokens",
+                value=keep,
+            )
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        return self.max_total_tokens
+
+    @property
+    def max_truncation_tokens(self) -> int | None:
+        """What ``truncate_prompt_tokens=-1`` keeps: the context, less one token for output
+        unless the request generates nothing."""
+        if self.max_input_tokens is None:
+            return None
+        if self.max_output_tokens == 0:
+            return self.max_input_tokens
+        return max(0, self.max_input_tokens - 1)
+
+    def _keep(self) -> int | None:
+        keep = self.truncate_prompt_tokens
+        if keep is not None and keep < 0:
+            return self.max_truncation_tokens
+        return keep
+
+    def get_encode_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``tokenizer.encode``: special tokens, and a bound that keeps an
+        over-long prompt from being tokenized in full (it is refused afterwards anyway)."""
+        if self.truncation_side is not None and self.truncate_prompt_tokens is not None:
+            # The side is applied after encoding; the tokenizer's own side may differ.
+            return {"truncation": False, "add_special_tokens": self.add_special_tokens}
+        max_length = self._keep()
+        if max_length is None and self.max_input_tokens is not None:
+            max_length = self.max_input_tokens + 1
+        return {
+            "truncation": max_length is not None,
+            "max_length": max_length,
+            "add_special_tokens": self.add_special_tokens,
+        }
+
+    def apply_pre_tokenization(self, tokenizer: Any, prompt: dict[str, Any]) -> dict[str, Any]:
+        """Lower-case the text if asked; refuse (or, with a truncation side, cut) text longer
+        than the context could hold at any tokenization."""
+        text = str(prompt["prompt"])
+        limit = self.max_input_tokens
+        if limit is not None and tokenizer is not None:
+            max_chars = limit * _max_chars_per_token(tokenizer)
+            if len(text) > max_chars:
+                if self.truncate_prompt_tokens is None:
+                    raise VLLMValidationError(
+                        f"This model's maximum context length is {self.max_total_tokens} tokens; "
+                        f"the prompt has {len(text)} characters, more than {max_chars} "
+                        f"could encode to. Please reduce the length of the input prompt.",
+                        parameter="input_text",
+                        value=len(text),
+                    )
+                if self.truncation_side == "left":
+                    text = text[-max_chars:]
+                elif self.truncation_side == "right":
+                    text = text[:max_chars]
+        if self.do_lower_case:
+            text = text.lower()
+        prompt["prompt"] = text
+        return prompt
+
+    def truncation_slice(self, num_tokens: int, tokenizer: Any = None) -> slice | None:
+        """The slice of ``num_tokens`` tokens to keep (None: all of them)."""
+        keep = self._keep()
+        if keep is None or keep >= num_tokens:
+            return None
+        side = self.truncation_side or getattr(tokenizer, "truncation_side", "right")
+        if side == "left":
+            return slice(num_tokens - keep, num_tokens)
+        return slice(0, keep)
+
+    def apply_post_tokenization(self, tokenizer: Any, prompt: dict[str, Any]) -> dict[str, Any]:
+        """Truncate the token ids as asked, then refuse a prompt the context cannot hold."""
+        token_ids: Sequence[int] | None = prompt.get("prompt_token_ids")
+        if token_ids is None:
+            return prompt
+        cut = self.truncation_slice(len(token_ids), tokenizer)
+        if cut is not None:
+            token_ids = list(token_ids)[cut]
+            prompt["prompt_token_ids"] = token_ids
+        limit = self.max_input_tokens
+        if limit is not None and len(token_ids) > limit:
+            raise VLLMValidationError(
+                f"This model's maximum context length is {self.max_total_tokens} tokens. "
+                f"However, your request has {len(token_ids)} input tokens. "
+                "Please reduce the length of the input prompt.",
+                parameter="input_tokens",
+                value=len(token_ids),
+            )
+        return prompt
+
+
+__all__ = ["TokenizeParams"]

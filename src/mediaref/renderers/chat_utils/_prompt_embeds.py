@@ -1,0 +1,76 @@
+"""``prompt_embeds`` parts: a client's own token embeddings, loaded safely and checked against the model.
+
+The payload is loaded by the same safe embedding loader as ``image_embeds``
+(:class:`~mediaref.media.image.ImageEmbeddingMediaIO`: ``weights_only`` torch loads or pickle-free
+``.npy``, declared sizes checked against ``VLLM_MAX_EMBED_DECODE_BYTES`` before anything is
+allocated); what it must then be is the prompt's: a 2-D ``(num_tokens, hidden_size)`` floating
+tensor (a leading batch dimension of one is dropped) whose width is the model's text embedding
+width, cast to the model's dtype when the config names one. Every refusal is a
+:class:`~mediaref.exceptions.VLLMValidationError` (HTTP 400) with ``parameter="prompt_embeds"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mediaref.exceptions import VLLMValidationError
+from mediaref.media.image import ImageEmbeddingMediaIO
+
+_PARAMETER = "prompt_embeds"
+
+
+def text_hidden_size(hf_config: Any) -> int | None:
+    """The width of the model's input token embeddings (None when the config does not say).
+
+    Some models project token embeddings inside the decoder (OPT's ``word_embed_proj_dim``); the
+    prompt is taken at the width before that projection.
+    """
+    get_text_config = getattr(hf_config, "get_text_config", None)
+    text_config = get_text_config() if callable(get_text_config) else hf_config
+    for name in ("word_embed_proj_dim", "hidden_size"):
+        value = getattr(text_config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def load_prompt_embeds(
+    data: str, *, hidden_size: int | None, dtype: torch.dtype | None
+) -> torch.Tensor:
+    """The ``(num_tokens, hidden_size)`` tensor that base64 ``data`` holds, checked and cast."""
+    try:
+        tensor = ImageEmbeddingMediaIO().load_base64("", data)
+    except ValueError as exc:  # VLLMValidationError included
+        # The loader names the field it serves; this payload is the prompt's.
+        raise VLLMValidationError(
+            f"`{_PARAMETER}` could not be loaded as a tensor: {exc}", parameter=_PARAMETER
+        ) from exc
+    if tensor.dim() > 2:
+        tensor = tensor.squeeze(0)
+    if tensor.dim() != 2:
+        raise VLLMValidationError(
+            f"`{_PARAMETER}` must be a 2D tensor of shape (num_tokens, hidden_size); "
+            f"got shape {tuple(tensor.shape)}.",
+            parameter=_PARAMETER,
+        )
+    if hidden_size is not None and tensor.shape[1] != hidden_size:
+        raise VLLMValidationError(
+            f"`{_PARAMETER}` hidden_size {tensor.shape[1]} does not match the model's "
+            f"hidden_size {hidden_size}.",
+            parameter=_PARAMETER,
+        )
+    if not tensor.is_floating_point():
+        # An integer or boolean tensor is the wrong payload (quantized, or not embeddings at
+        # all); casting it would hide the mistake.
+        raise VLLMValidationError(
+            f"`{_PARAMETER}` dtype {tensor.dtype} is not a floating-point type.",
+            parameter=_PARAMETER,
+        )
+    if dtype is not None and tensor.dtype != dtype:
+        tensor = tensor.to(dtype)
+    return tensor
+
+
+__all__ = ["load_prompt_embeds", "text_hidden_size"]
