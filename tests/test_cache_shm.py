@@ -318,7 +318,7 @@ def test_features_without_data_are_left_alone(fresh_segment_name: str) -> None:
 def test_segment_naming_and_cleanup(fresh_segment_name: str) -> None:
     sender = sender_for(shm_config())
     name = os.environ[ENV]  # named by the sender and exported for the workers
-    assert name.startswith("VLLM_OBJECT_STORAGE_SHM_BUFFER_")
+    assert name.startswith("mediaref_mm_cache_")
     assert os.path.exists(f"/dev/shm/{name}")
     sender.close()
     assert not os.path.exists(f"/dev/shm/{name}")

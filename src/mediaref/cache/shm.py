@@ -57,7 +57,7 @@ def buffer_name() -> str:
     """The segment's name: ``VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME``, set here if unset."""
     name = envs.VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME
     if name is None:
-        name = f"VLLM_OBJECT_STORAGE_SHM_BUFFER_{uuid.uuid4().hex}"
+        name = f"mediaref_mm_cache_{uuid.uuid4().hex}"
         # Exported so the worker processes started after this one open the same segment.
         os.environ["VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME"] = name
     return str(name)
