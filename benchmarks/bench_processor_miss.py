@@ -40,35 +40,22 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# First: it sets OMP_NUM_THREADS from --threads, which torch reads once when it loads.
+import _torch_threads
 
-def _threads_from_argv(default: int = 1) -> int:
-    """``--threads N`` read before torch is imported: OMP_NUM_THREADS must be set first."""
-    for i, arg in enumerate(sys.argv):
-        if arg == "--threads" and i + 1 < len(sys.argv):
-            return int(sys.argv[i + 1])
-        if arg.startswith("--threads="):
-            return int(arg.split("=", 1)[1])
-    return default
+# isort: split
+import torch
 
+import _bench_media as bm
+import _charts
 
-# Both libraries' HF calls must run on the same number of torch threads: mediaref's processing
-# scope reads OMP_NUM_THREADS, vLLM's frontend uses torch's process-wide count.
-os.environ["OMP_NUM_THREADS"] = str(_threads_from_argv())
-
-import torch  # noqa: E402
-
-import _bench_media as bm  # noqa: E402
-import _charts  # noqa: E402
-
-torch.set_num_threads(_threads_from_argv())
+torch.set_num_threads(_torch_threads.THREADS)
 
 from mediaref.media.image import ImageMediaIO  # noqa: E402
 from mediaref.media.video import VideoMediaIO  # noqa: E402

@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("mediaref.processing",),
     ("mediaref.models",),
     ("mediaref.renderers", "mediaref.entrypoints"),
-    ("mediaref", "mediaref.__main__"),  # the package front door re-exports everything
+    ("mediaref", "mediaref.__main__", "mediaref.serve"),  # front door, server and CLI
 ]
 
 # Imported by nothing in src/, needed at run time: transformers' default Qwen2-VL image and
@@ -96,11 +96,27 @@ PUBLIC_MODULES = [
     "mediaref.processing.inputs",
     "mediaref.processing.processor",
     "mediaref.processing.prompt_updates",
+    "mediaref.processing.token_layout",
     "mediaref.processing.torch_threads",
     "mediaref.renderers.base",
     "mediaref.entrypoints.chat_utils",
     "mediaref.ops.mm_input_norm",
     "mediaref.models.builtin",
+    "mediaref.models.qwen2_vl_mrope",
+    "mediaref.serve",
+    "mediaref.serve.app",
+    "mediaref.serve.cli",
+    "mediaref.serve.errors",
+    "mediaref.serve.encoded_cache",
+    "mediaref.serve.features",
+    "mediaref.serve.json_body",
+    "mediaref.serve.metrics",
+    "mediaref.serve.options",
+    "mediaref.serve.protocol",
+    "mediaref.serve.render_once",
+    "mediaref.serve.responses",
+    "mediaref.serve.server",
+    "mediaref.serve.service",
 ]
 
 

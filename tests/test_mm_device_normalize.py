@@ -238,6 +238,8 @@ def test_the_cache_holds_uint8(both_paths: dict[bool, MultiModalInputs]) -> None
 
 def test_hf_is_called_without_dummy_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """Qwen2-VL's pixels do not depend on text: HF must not expand and tokenize placeholders."""
+    # The fused path (on by default) calls no HF processor at all; this pins the HF path's call.
+    monkeypatch.setenv("MEDIAREF_QWEN2_VL_FUSED", "0")
     proc = processor(True)
     hf = proc.info.get_hf_processor()
     calls: list[dict[str, Any]] = []

@@ -376,7 +376,9 @@ def test_qwen2_vl_receives_no_dummy_text(
     qwen2_vl_processor: BaseMultiModalProcessor[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Qwen2-VL's pixels do not depend on the text (issue 12): no dummy text, so HF neither expands
-    # nor tokenizes placeholders, and no truncation setting is needed to protect them.
+    # nor tokenizes placeholders, and no truncation setting is needed to protect them. The fused
+    # path (issue 14, on by default) calls no HF processor at all: this pins the HF path's call.
+    monkeypatch.setenv("MEDIAREF_QWEN2_VL_FUSED", "0")
     recorder = record_hf_calls(qwen2_vl_processor, monkeypatch)
     prompt = "<|vision_start|><|image_pad|><|vision_end|>describe"
     image = Image.new("RGB", (56, 56), color=(10, 200, 30))

@@ -34,7 +34,10 @@ def inputs(mm_data: dict[str, Any], **kwargs: Any) -> ProcessorInputs:
 # --- no decode over a large batch -------------------------------------------------------------------
 
 
-def test_hashing_and_miss_selection_of_100_refs_decode_nothing() -> None:
+def test_hashing_and_miss_selection_of_100_refs_decode_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MEDIAREF_MAX_MEDIA_ITEMS_PER_REQUEST", "100")  # the default cap is 64
     decoder = CountingDecoder(None)
     images = [MediaRef(f"i{i}".encode(), decoder, DecodeSpec(modality="image")) for i in range(40)]
     videos = [MediaRef(f"v{i}".encode(), decoder, DecodeSpec(modality="video")) for i in range(30)]

@@ -34,6 +34,11 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     # Decoding: per-request caps and trust
     "VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES": (int, 715_827_880),  # decoded bytes per request
     "VLLM_MAX_EMBED_DECODE_BYTES": (int, 2_147_483_648),  # a client-supplied embedding, densified
+    # Per-request media caps over every modality and source form (sglang-mm's): items, encoded
+    # bytes per item and per request; checked when a request's data is parsed
+    "MEDIAREF_MAX_MEDIA_ITEMS_PER_REQUEST": (int, 64),
+    "MEDIAREF_MAX_MEDIA_ITEM_SIZE_MB": (float, 64.0),
+    "MEDIAREF_MAX_MEDIA_REQUEST_SIZE_MB": (float, 256.0),
     "MEDIAREF_TRUST_EXIF_IMAGE_ID": (_bool, True),  # key images by their EXIF ImageID
     # Decoding: backends and pool
     "VLLM_VIDEO_LOADER_BACKEND": (str, "pyav"),
@@ -53,6 +58,11 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     "VLLM_MEDIA_CACHE_TTL_HOURS": (float, 24.0),
     # Processing (vLLM has this as the model config's mm_processor_cache_gb, not a variable)
     "MEDIAREF_MM_PROCESSOR_CACHE_GB": (float, 4.0),
+    # Qwen2-VL's fused exact image/video path (bit-identical to HF's default processors); off:
+    # every item goes through the HF processor
+    "MEDIAREF_QWEN2_VL_FUSED": (_bool, True),
+    # Opt-in approximate modes of that path, comma-separated: "jpeg_draft"
+    "MEDIAREF_QWEN2_VL_APPROX": (str, ""),
     # vLLM's Rust frontend cannot leave normalization to the device: it vetoes mm_device_do_normalize
     "VLLM_USE_RUST_FRONTEND": (_bool, False),
     # The shared-memory processor cache's buffer (mm_processor_cache_type="shm"); unset: the

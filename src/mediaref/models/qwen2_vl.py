@@ -9,6 +9,15 @@ then called with ``do_rescale=False, do_normalize=False`` and emits raw ``uint8`
 ``pixel_values`` / ``pixel_values_videos`` (a quarter of the fp32 bytes, in the cache and on the
 wire), and the model applies :func:`mediaref.ops.mm_input_norm.build_mm_input_norm`'s module on the
 device. The processor's output says which path it took (``mm_device_do_normalize``).
+
+**The fused exact path** (on by default; ``MEDIAREF_QWEN2_VL_FUSED=0`` turns it off): images and
+videos the HF processor would resize, patchify (and normalize) its own default way never reach it.
+Each item is converted, resized once at its ``smart_resize`` target and written straight into
+the final patch-row order on the media pool (:mod:`mediaref.models._qwen2_vl_fused`), bit-identical
+to HF's default (torchvision) processors whatever the pool size; an item it cannot reproduce
+exactly takes the HF call (:mod:`mediaref.models._qwen2_vl_routing`, which puts the outputs back
+in item order). ``MEDIAREF_QWEN2_VL_APPROX`` opts into approximate modes
+(:mod:`mediaref.models._qwen2_vl_approx`); none is on by default.
 """
 
 from __future__ import annotations
@@ -25,6 +34,11 @@ from mediaref.inputs import (
     MultiModalFieldConfig,
     MultiModalKwargsItems,
 )
+from mediaref.media.base import MediaIO
+from mediaref.media.image import ImageMediaIO
+from mediaref.models._qwen2_vl_approx import JPEG_DRAFT, DraftingImageMediaIO, approx_modes
+from mediaref.models._qwen2_vl_fused import image_settings
+from mediaref.models._qwen2_vl_routing import call_with_fused_path
 from mediaref.parse import (
     DictEmbeddingItems,
     ModalityDataItems,
@@ -62,6 +76,31 @@ class Qwen2VLProcessingInfo(BaseProcessingInfo):
     def get_data_parser(self) -> MultiModalDataParser:
         return Qwen2VLDataParser(
             self.get_merge_size(), expected_hidden_size=self._get_expected_hidden_size()
+        )
+
+    def get_media_io(
+        self, modality: str, media_io_kwargs: Mapping[str, Any] | None = None
+    ) -> MediaIO[Any]:
+        """The base's decoders; with ``MEDIAREF_QWEN2_VL_APPROX=jpeg_draft``, images decode
+        through :class:`~mediaref.models._qwen2_vl_approx.DraftingImageMediaIO`."""
+        media_io = super().get_media_io(modality, media_io_kwargs)
+        if modality != "image" or type(media_io) is not ImageMediaIO:
+            return media_io
+        if JPEG_DRAFT not in approx_modes():
+            return media_io
+        processor = self.get_hf_processor().image_processor
+        sizing = image_settings(processor, self.ctx.get_merged_mm_kwargs({}))
+        if sizing is None:
+            return media_io  # the exact path would not take these images either
+        return DraftingImageMediaIO(
+            media_io.image_mode,
+            rgba_background_color=media_io.rgba_background_color,
+            trust_exif_image_id=media_io.trust_exif_image_id,
+            decoded_budget=media_io.decoded_budget,
+            factor=sizing.factor,
+            min_pixels=sizing.min_pixels,
+            max_pixels=sizing.max_pixels,
+            **media_io.kwargs,
         )
 
     def get_merge_size(self) -> int:
@@ -170,7 +209,14 @@ class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo])
             hf_kwargs = {"do_sample_frames": False, **hf_kwargs}
         if self.info.mm_device_do_normalize:
             hf_kwargs = device_normalize_kwargs(hf_kwargs)
-        return super()._call_hf_processor(hf_data, hf_kwargs)
+        call_hf = super()._call_hf_processor
+        return call_with_fused_path(
+            hf_data,
+            self.info.ctx.get_merged_mm_kwargs(hf_kwargs),
+            hf_processor=self.info.get_hf_processor(**hf_kwargs),
+            dtype=self.info.ctx.model_config.dtype,
+            call_hf=lambda data: call_hf(data, hf_kwargs),
+        )
 
     def _get_mm_fields_config(
         self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]

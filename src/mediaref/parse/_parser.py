@@ -36,6 +36,7 @@ from mediaref.parse._items import (
     VisionChunkProcessorItems,
 )
 from mediaref.parse._locations import refuse_location_items
+from mediaref.parse._request_caps import check_request_caps
 from mediaref.parse._video import VIDEO_METADATA_REQUIRED_MESSAGE, VideoProcessorItems
 
 ModalityDataParser = Callable[[ModalityData[Any]], "ModalityDataItems[Any, Any] | None"]
@@ -322,6 +323,11 @@ class MultiModalDataParser:
             parsed = subparsers[modality](data)
             if parsed is not None:  # empty data is dropped, as in vLLM
                 mm_items[modality] = parsed
+        check_request_caps(
+            (modality, index, items.get_raw(index))
+            for modality, items in mm_items.items()
+            for index in range(items.get_count())
+        )
         return mm_items
 
 

@@ -1,4 +1,5 @@
-"""Multimodal processing: the processor, its model context and dummy inputs, prompt updates.
+"""Multimodal processing: the processor, its model context and dummy inputs, prompt updates,
+and the token layout (:class:`TokenLayout`) a request's ids, placeholders and positions derive from.
 
 The package re-exports vLLM's ``vllm.multimodal.processing`` names, so a model file's
 ``from vllm.multimodal.processing import ...`` becomes ``from mediaref.processing import ...``.
@@ -17,6 +18,7 @@ from mediaref.processing.processor import (
     PromptUpdateDetails,
     cached_encode,
 )
+from mediaref.processing.token_layout import MediaSpan, TextSpan, TokenLayout
 
 __all__ = [
     "BaseDummyInputsBuilder",
@@ -24,12 +26,15 @@ __all__ = [
     "BaseProcessingInfo",
     "EncDecMultiModalProcessor",
     "InputProcessingContext",
+    "MediaSpan",
     "ProcessorInputs",
     "PromptIndexTargets",
     "PromptInsertion",
     "PromptReplacement",
     "PromptUpdate",
     "PromptUpdateDetails",
+    "TextSpan",
     "TimingContext",
+    "TokenLayout",
     "cached_encode",
 ]

@@ -50,6 +50,10 @@ class MultiModalRequest:
     mm_uuids: MultiModalUUIDDict | None = None
     media_io_kwargs: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     skip_mm_cache: bool = False
+    timing_ctx: TimingContext | None = None
+    """Where this request's stage timings go (``decode_media``, ``apply_hf_processor``...), for a
+    caller that reports them per request (the render server's metrics); None: the renderer's
+    own registry (``enable_mm_processor_stats``)."""
 
 
 def _bounded_torch_threads(fn: Callable[..., _R], *args: Any) -> _R:
@@ -234,6 +238,8 @@ class MultiModalWorker:
             self._mm_processor_only_cache if request.skip_mm_cache else self._mm_processor_cache
         )
         request_id = f"renderer-mm-{next(self._mm_request_ids)}"
+        if request.timing_ctx is not None:
+            return processor, inputs, request.timing_ctx
         return processor, inputs, self._mm_timing_registry.get(request_id)
 
     def _phase1(

@@ -1,0 +1,454 @@
+"""Qwen2-VL's fused exact vision path against HF's processors, and a cold request against vLLM.
+
+    python benchmarks/bench_fast_path.py [--repeat 9] [--batch 8] [--threads 1] [--skip-cold]
+        [--approx] [--chart PATH]
+
+Parts, each side by side in one run (round-robin, medians):
+
+1. **Encoded bytes -> ``pixel_values``**, decode included on every side: a 1920x1080 JPEG (q90,
+   a scikit-image photo) and a 32-frame 854x480 H.264 clip. ``fused`` is mediaref's path (Pillow /
+   PyAV decode, then :mod:`mediaref.models._qwen2_vl_fused`); ``hf-torchvision`` is the same
+   decode then transformers' default Qwen2-VL processor (torchvision backend); ``hf-pil`` the PIL
+   ("slow") image processor (images only: transformers has no PIL video processor). All run
+   with rescale + normalize off (Qwen2-VL's device-normalize default: uint8 out); the fused
+   output is checked bit-identical to hf-torchvision's before timing. One item at a time
+   (latency), then ``--batch`` images at once (throughput, images/s): the fused path fans items
+   out on the media pool; the HF paths decode on the same pool, then make one HF call.
+2. **A cold request**, fetch of a ``data:`` URL + processor miss (``apply`` with no cache), the
+   built-in Qwen2-VL model: mediaref (fused on, its default) against vLLM 0.33.0 when it imports
+   (run in the scratch venv of ``bench_processor_miss.py``'s docstring), and mediaref with the
+   fused path off (``MEDIAREF_QWEN2_VL_FUSED=0``) for reference. Both libraries sample 32
+   frames uniformly (vLLM's default loader; its Qwen loader would sample 2 frames a second).
+   vLLM decodes the clip with OpenCV, mediaref with PyAV: pixels may differ, shapes match.
+3. ``--approx``: the approximate modes against the exact path (time, PSNR, max and mean abs
+   diff of the uint8 rows): ``jpeg_draft`` on a 12 MP JPEG and two real scikit-image JPEGs, and
+   the ``video_scale`` prototype (frames decoded straight to the target by FFmpeg's scaler).
+
+``--threads`` sets torch's (and OMP's) thread count for everything, before torch loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gc
+import io
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# First: it sets OMP_NUM_THREADS from --threads, which torch reads once when it loads.
+import _torch_threads
+
+# isort: split
+import torch
+from PIL import Image
+
+import _bench_media as bm
+import _charts
+
+torch.set_num_threads(_torch_threads.THREADS)
+
+from mediaref.media.connector import MediaConnector  # noqa: E402
+from mediaref.media.executor import get_media_executor  # noqa: E402
+from mediaref.media.image import ImageMediaIO  # noqa: E402
+from mediaref.media.video import VideoMediaIO  # noqa: E402
+from mediaref.models import _qwen2_vl_fused as fused  # noqa: E402
+from mediaref.models.builtin import builtin_model_path  # noqa: E402
+from mediaref.processing.context import ModelConfig  # noqa: E402
+from mediaref.registry import MULTIMODAL_REGISTRY  # noqa: E402
+
+MODEL = str(builtin_model_path("qwen2_vl"))
+RAW = {"do_rescale": False, "do_normalize": False}
+PROMPTS = {
+    "image": "<|vision_start|><|image_pad|><|vision_end|>Describe this image.",
+    "video": "<|vision_start|><|video_pad|><|vision_end|>Describe this video.",
+}
+PIXELS = {"image": "pixel_values", "video": "pixel_values_videos"}
+
+
+def make_media(frames: int) -> dict[str, bytes]:
+    photo = bm.load_photo("astronaut.png")
+    jpeg = bm.encode_image(bm.upscale(photo, bm.FULL_HD), "JPEG", quality=90)
+    clip = bm.encode_pan_clip(bm.load_photo("coffee.png"), seconds=4.0, size=(854, 480))
+    return {"image": jpeg, "video": clip, "frames": str(frames).encode()}
+
+
+def decode_image(data: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+def decode_clip(data: bytes, frames: int) -> Any:
+    video = VideoMediaIO(ImageMediaIO(), num_frames=frames).load_bytes_ref(data).decode()
+    return video[0] if isinstance(video, tuple) else video
+
+
+def pixel_paths(media: dict[str, bytes], batch: int) -> dict[str, dict[str, Callable[[], Any]]]:
+    from transformers import AutoImageProcessor, AutoVideoProcessor
+
+    fast = AutoImageProcessor.from_pretrained(MODEL)
+    slow = AutoImageProcessor.from_pretrained(MODEL, backend="pil")
+    video_processor = AutoVideoProcessor.from_pretrained(MODEL)
+    image_settings = fused.image_settings(fast, RAW)
+    video_kwargs = {**RAW, "do_sample_frames": False}
+    video_settings = fused.video_settings(video_processor, video_kwargs)
+    assert image_settings is not None and video_settings is not None
+    jpeg, clip, frames = media["image"], media["video"], int(media["frames"])
+    pool = get_media_executor()
+
+    def fused_image(data: bytes) -> torch.Tensor:
+        image = decode_image(data)
+        target = fused.image_target(image, image_settings)
+        assert target is not None
+        return fused.image_rows(image, target, image_settings)[0]
+
+    def fused_video() -> torch.Tensor:
+        pixels = decode_clip(clip, frames)
+        target = fused.video_target(pixels, video_settings)
+        assert target is not None
+        return fused.video_rows(pixels, target, video_settings)[0]
+
+    def hf_batch(processor: Any) -> Callable[[], Any]:
+        def run() -> Any:
+            images = list(pool.map(decode_image, [jpeg] * batch))
+            return processor(images=images, return_tensors="pt", **RAW)["pixel_values"]
+
+        return run
+
+    return {
+        "image": {
+            "fused": lambda: fused_image(jpeg),
+            "hf-torchvision": lambda: fast(images=[decode_image(jpeg)], return_tensors="pt", **RAW)[
+                "pixel_values"
+            ],
+            "hf-pil": lambda: slow(images=[decode_image(jpeg)], return_tensors="pt", **RAW)[
+                "pixel_values"
+            ],
+        },
+        f"{batch} images": {
+            "fused": lambda: torch.cat(list(pool.map(fused_image, [jpeg] * batch))),
+            "hf-torchvision": hf_batch(fast),
+            "hf-pil": hf_batch(slow),
+        },
+        "video": {
+            "fused": fused_video,
+            "hf-torchvision": lambda: video_processor(
+                videos=[decode_clip(clip, frames)], return_tensors="pt", **video_kwargs
+            )["pixel_values_videos"],
+        },
+    }
+
+
+def data_url(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+def cold_paths(media: dict[str, bytes]) -> dict[str, dict[str, Callable[[], Any]]]:
+    frames = int(media["frames"])
+    urls = {
+        "image": data_url(media["image"], "image/jpeg"),
+        "video": data_url(media["video"], "video/mp4"),
+    }
+    config = ModelConfig(model=MODEL, mm_processor_cache_gb=0)
+    processor = MULTIMODAL_REGISTRY.create_processor(config)
+    connector = MediaConnector()
+    decoders = {
+        "image": processor.info.get_media_io("image"),
+        "video": processor.info.get_media_io("video", {"num_frames": frames}),
+    }
+
+    def mediaref_cold(modality: str, fused_on: bool) -> Callable[[], Any]:
+        def run() -> Any:
+            os.environ["MEDIAREF_QWEN2_VL_FUSED"] = "1" if fused_on else "0"
+            ref = connector.load_from_url(urls[modality], decoders[modality])
+            out = processor.apply(processor.build_inputs(PROMPTS[modality], {modality: [ref]}))
+            return out["mm_kwargs"][modality][0][PIXELS[modality]].data
+
+        return run
+
+    paths: dict[str, dict[str, Callable[[], Any]]] = {}
+    for modality in ("image", "video"):
+        paths[modality] = {
+            "mediaref": mediaref_cold(modality, True),
+            "mediaref fused off": mediaref_cold(modality, False),
+        }
+        vllm = vllm_cold(modality, urls[modality], frames)
+        if vllm is not None:
+            paths[modality]["vllm"] = vllm
+    return paths
+
+
+def vllm_cold(modality: str, url: str, frames: int) -> Callable[[], Any] | None:
+    try:
+        from vllm.config import ModelConfig as VllmModelConfig  # type: ignore[import-not-found]
+        from vllm.multimodal import MULTIMODAL_REGISTRY as VLLM_REGISTRY  # type: ignore[import-not-found]
+        from vllm.multimodal.media.connector import (  # type: ignore[import-not-found]
+            MediaConnector as VllmConnector,
+        )
+    except ImportError:
+        return None
+    config = VllmModelConfig(
+        model=MODEL, tokenizer=MODEL, dtype="bfloat16", mm_processor_cache_gb=0
+    )
+    processor = VLLM_REGISTRY.create_processor(config)
+    connector = VllmConnector(media_io_kwargs={"video": {"num_frames": frames}})
+
+    def run() -> Any:
+        if modality == "image":
+            value: Any = connector.fetch_image(url)
+        else:
+            # vLLM's default loader with num_frames=32, as mediaref samples: naming the Qwen2-VL
+            # processor would pick vLLM's Qwen loader, which samples 2 frames a second (8 here),
+            # a quarter of the work.
+            value = connector.fetch_video(url)
+        # A list of items, as vLLM's chat parsing hands them over.
+        items = processor.info.parse_mm_data({modality: [value]})
+        out = processor(PROMPTS[modality], items)
+        return out["mm_kwargs"][modality][0][PIXELS[modality]].data
+
+    return run
+
+
+def scaled_frames(data: bytes, indices: list[int], size: tuple[int, int]) -> Any:
+    """The ``video_scale`` prototype: frames ``indices`` decoded straight to ``size``
+    (``(width, height)``) RGB by FFmpeg's bicubic scaler. Benchmark only: mediaref's decoders
+    open payloads through their demuxer allow-list, which a mode wired in would use."""
+    import av
+    import numpy as np
+
+    wanted = sorted(set(indices))
+    width, height = size
+    out = np.empty((len(wanted), height, width, 3), dtype=np.uint8)
+    position = 0
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        for index, frame in enumerate(container.decode(stream)):
+            if index == wanted[position]:
+                out[position] = frame.to_ndarray(
+                    format="rgb24", width=width, height=height, interpolation="BICUBIC"
+                )
+                position += 1
+                if position == len(wanted):
+                    break
+    assert position == len(wanted)
+    return out
+
+
+def approx_report(media: dict[str, bytes], repeat: int) -> dict[str, dict[str, float]]:
+    """Each approximate mode against the exact path: time, PSNR and max abs diff of the rows."""
+    import numpy as np
+    from transformers import AutoImageProcessor, AutoVideoProcessor
+
+    from mediaref.models import _qwen2_vl_approx as approx
+    from mediaref.models._patch_rows import resize_frames
+
+    sizing = {"max_pixels": 1280 * 28 * 28}  # vLLM's usual Qwen2-VL cap (1,280 tokens)
+    photo = bm.load_photo("astronaut.png").resize((4032, 3024), Image.Resampling.BICUBIC)
+    jpegs = {  # name -> (JPEG bytes, max_pixels): each drafted at 1/2 or less
+        "12 MP JPEG (upscaled photo), 1280 tokens": (
+            bm.encode_image(photo, "JPEG", quality=92),
+            sizing["max_pixels"],
+        ),
+        "retina.jpg 1411x1411, 256 tokens": (bm.photo_path("retina.jpg").read_bytes(), 256 * 784),
+        "hubble_deep_field.jpg 1000x872, 256 tokens": (
+            bm.photo_path("hubble_deep_field.jpg").read_bytes(),
+            256 * 784,
+        ),
+    }
+    processor = AutoImageProcessor.from_pretrained(MODEL)
+
+    def image_case(data: bytes, max_pixels: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        settings = fused.image_settings(processor, {**RAW, "max_pixels": max_pixels})
+        assert settings is not None
+        drafting = approx.DraftingImageMediaIO(
+            factor=settings.factor, min_pixels=settings.min_pixels, max_pixels=max_pixels
+        )
+
+        def rows(image: Image.Image) -> torch.Tensor:
+            target = fused.image_target(image, settings)
+            assert target is not None
+            return fused.image_rows(image, target, settings)[0]
+
+        return (
+            lambda: rows(ImageMediaIO().load_bytes(data)),
+            lambda: rows(drafting.load_bytes(data)),
+        )
+
+    frames_count = int(media["frames"])
+    video_settings = fused.video_settings(
+        AutoVideoProcessor.from_pretrained(MODEL), {**RAW, **sizing, "do_sample_frames": False}
+    )
+    assert video_settings is not None
+    clip = media["video"]
+    full = decode_clip(clip, frames_count)
+    video_target = fused.video_target(full, video_settings)
+    assert video_target is not None
+    total = VideoMediaIO(ImageMediaIO(), num_frames=frames_count).load_bytes_ref(clip).decode()
+    indices = list(total[1]["frames_indices"])
+
+    def video_exact() -> Any:
+        return resize_frames(decode_clip(clip, frames_count), *video_target)
+
+    def video_scaled() -> Any:
+        frames = scaled_frames(clip, indices, (video_target[1], video_target[0]))
+        return torch.from_numpy(frames).permute(0, 3, 1, 2)
+
+    calls: dict[str, Callable[[], Any]] = {}
+    pairs: list[tuple[str, str, str]] = []
+    for name, (data, max_pixels) in jpegs.items():
+        calls[f"exact {name}"], calls[f"draft {name}"] = image_case(data, max_pixels)
+        pairs.append((f"jpeg_draft: {name}", f"exact {name}", f"draft {name}"))
+    calls["video exact"], calls["video_scale"] = video_exact, video_scaled
+    pairs.append(("video_scale: 32-frame 854x480 clip, 1280 tokens", "video exact", "video_scale"))
+    outputs = {name: fn() for name, fn in calls.items()}
+    medians = measure(calls, repeat)
+    report: dict[str, dict[str, float]] = {}
+    for label, exact, fast in pairs:
+        a, b = outputs[exact].numpy().astype(np.int16), outputs[fast].numpy().astype(np.int16)
+        assert a.shape == b.shape, (a.shape, b.shape)
+        mse = float(np.mean((a - b).astype(np.float64) ** 2))
+        report[label] = {
+            "exact_s": medians[exact],
+            "approx_s": medians[fast],
+            "psnr_db": 10 * np.log10(255.0**2 / mse) if mse else float("inf"),
+            "max_abs_diff": float(np.abs(a - b).max()),
+            "mean_abs_diff": float(np.abs(a - b).mean()),
+        }
+    return report
+
+
+def measure(calls: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    samples = {name: bm.Samples() for name in calls}
+    for _ in range(repeat):
+        for name, fn in calls.items():
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            samples[name].add(time.perf_counter() - start)
+    return {name: s.median for name, s in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=9, help="timed rounds (each path once)")
+    parser.add_argument("--batch", type=int, default=8, help="images per throughput call")
+    parser.add_argument("--video-frames", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (set before import)")
+    parser.add_argument("--skip-cold", action="store_true", help="only the pixel paths")
+    parser.add_argument(
+        "--approx", action="store_true", help="also the approximate modes' speed and deviation"
+    )
+    _charts.add_chart_argument(parser)
+    args = parser.parse_args()
+    try:
+        import vllm  # type: ignore[import-not-found]
+
+        vllm_version: str | None = vllm.__version__
+    except ImportError:
+        vllm_version = None
+    import transformers
+
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, "
+        f"media pool {get_media_executor()._max_workers} threads, "
+        f"vllm {vllm_version or 'not importable'}, median of {args.repeat}"
+    )
+    media = make_media(args.video_frames)
+    results: dict[str, dict[str, float]] = {}
+    for case, calls in pixel_paths(media, args.batch).items():
+        outputs = {name: fn() for name, fn in calls.items()}  # warm-up, and the bytes
+        assert torch.equal(outputs["fused"], outputs["hf-torchvision"]), case
+        medians = measure(calls, args.repeat)
+        results[case] = medians
+        items = args.batch if case.endswith("images") else 1
+        rows = [
+            [name, bm.fmt_seconds(m), f"{items / m:.1f}/s", bm.fmt_bytes(outputs[name].nbytes // items),
+             f"{m / medians['fused']:.2f}x"]
+            for name, m in medians.items()
+        ]  # fmt: skip
+        print(f"\n{case} (encoded bytes -> pixel_values, decode included)")
+        bm.print_table(["path", "time", "items/s", "bytes/item", "vs fused"], rows)
+    cold: dict[str, dict[str, float]] = {}
+    if not args.skip_cold:
+        for modality, calls in cold_paths(media).items():
+            outputs = {name: fn() for name, fn in calls.items()}
+            for name, out in outputs.items():
+                if name.startswith("mediaref"):
+                    assert torch.equal(out, outputs["mediaref"]), (modality, name)
+            medians = measure(calls, args.repeat)
+            cold[modality] = medians
+            # vLLM decodes a clip with its own backend (OpenCV for Qwen2-VL) and sampling, so
+            # its pixels (and even its frame count) may differ: the shape is printed beside.
+            rows = [
+                [name, bm.fmt_seconds(m), f"{m / medians['mediaref']:.2f}x",
+                 "x".join(map(str, outputs[name].shape))]
+                for name, m in medians.items()
+            ]  # fmt: skip
+            print(f"\ncold request, {modality} (fetch a data: URL + processor miss)")
+            bm.print_table(["path", "time", "vs mediaref", "pixel_values"], rows)
+    os.environ.pop("MEDIAREF_QWEN2_VL_FUSED", None)
+    if args.approx:
+        rows = [
+            [mode, bm.fmt_seconds(r["exact_s"]), bm.fmt_seconds(r["approx_s"]),
+             f"{r['exact_s'] / r['approx_s']:.2f}x", f"{r['psnr_db']:.1f} dB",
+             f"{r['max_abs_diff']:.0f}", f"{r['mean_abs_diff']:.2f}"]
+            for mode, r in approx_report(media, args.repeat).items()
+        ]  # fmt: skip
+        print("\napproximate modes against the exact path (uint8 rows; token budget = max_pixels)")
+        bm.print_table(
+            ["mode", "exact", "approx", "speed-up", "PSNR", "max |diff|", "mean |diff|"], rows
+        )
+    if args.chart:
+        draw_chart(args.chart, results, cold, vllm_version, args.batch)
+
+
+def draw_chart(
+    path: Path,
+    results: dict[str, dict[str, float]],
+    cold: dict[str, dict[str, float]],
+    vllm_version: str | None,
+    batch: int,
+) -> None:
+    groups, mine, torchvision, other = [], [], [], []
+    labels = {
+        "image": "1080p JPEG",
+        f"{batch} images": f"{batch} x 1080p JPEG",
+        "video": "32-frame 480p clip",
+    }
+    for case, label in labels.items():
+        groups.append(f"{label}\nbytes -> pixels")
+        mine.append(results[case]["fused"])
+        torchvision.append(results[case]["hf-torchvision"])
+        other.append(results[case].get("hf-pil", 0.0))
+    for modality, medians in cold.items():
+        groups.append(f"{labels[modality]}\ncold request")
+        mine.append(medians["mediaref"])
+        torchvision.append(medians.get("vllm", 0.0))
+        other.append(0.0)
+    _charts.grouped_bars(
+        path,
+        title="Qwen2-VL's fused exact path: bytes -> pixel_values, and a cold request",
+        ratio_caption=(
+            "ratio: the second bar over mediaref's (HF torchvision; vLLM for a cold request)"
+        ),
+        groups=groups,
+        series={
+            "mediaref (fused, exact)": mine,
+            f"HF torchvision / vLLM {vllm_version or '(absent)'}": torchvision,
+            "HF PIL": other,
+        },
+        ylabel="median time",
+        seconds=True,
+        footnote=_charts.machine_note(),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""``mediaref serve`` and ``mediaref render`` (the ``mediaref`` console script, ``python -m mediaref``).
+
+``mediaref serve`` runs the render server (:mod:`mediaref.serve.server`); ``mediaref render
+[REQUEST.json]`` renders one request offline, exactly as the server would, and prints the
+response JSON on stdout and where the time went on stderr. With no REQUEST it renders the shipped
+example (``assets/example_request.json``: the sample photo and a generated clip). Each option's
+default is the multi-tenant one documented in ``docs/serving.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from mediaref.serve.options import DEFAULT_MODEL, ServeOptions
+
+EXAMPLE_REQUEST = "example_request.json"
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="DIR",
+        help=f"a built-in model name or a model directory; repeat to serve several, the first "
+        f"is the default (default: the built-in {DEFAULT_MODEL!r}, offline)",
+    )
+    parser.add_argument(
+        "--encoded-cache-mb",
+        type=float,
+        default=512.0,
+        help="encoded tensors of recently sent items, so a repeat is not re-encoded (default: 512)",
+    )
+    parser.add_argument(
+        "--mm-processor-cache-gb",
+        type=float,
+        default=None,
+        help="processor output cache per model (default: MEDIAREF_MM_PROCESSOR_CACHE_GB, 4)",
+    )
+
+
+def _add_media_options(parser: argparse.ArgumentParser, *, local_default: str) -> None:
+    parser.add_argument(
+        "--max-items-per-request",
+        type=int,
+        default=32,
+        help="media items one request may carry; over it: 413 (default: 32)",
+    )
+    parser.add_argument(
+        "--max-request-download-mb",
+        type=float,
+        default=None,
+        help="all http(s) downloads of one request; over it: 413 (default: "
+        "VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB, 256; 0: no cap)",
+    )
+    parser.add_argument(
+        "--allowed-media-domains",
+        nargs="*",
+        default=[],
+        metavar="HOST",
+        help="hosts media URLs may name, checked on every redirect hop (default: any public host)",
+    )
+    parser.add_argument(
+        "--allowed-local-media-path",
+        default=local_default,
+        metavar="DIR",
+        help="a directory file: URLs may read under (default: %(default)r"
+        + (": file: URLs refused)" if not local_default else ")"),
+    )
+    parser.add_argument(
+        "--media-url-allow-private-ips",
+        action="store_true",
+        help="let media URLs reach loopback, private and other non-public addresses (default: off)",
+    )
+    parser.add_argument(
+        "--trust-exif-image-id",
+        action="store_true",
+        help="key images by their EXIF ImageID, a client-chosen identity (default: off)",
+    )
+    for flag, what in (
+        ("--trust-request-mm-kwargs", "a request's media_io_kwargs and mm_processor_kwargs"),
+        ("--trust-request-chat-template", "a request's chat_template"),
+        ("--trust-request-mm-uuids", "content parts' uuid fields (client-chosen cache identity)"),
+    ):
+        parser.add_argument(flag, action="store_true", help=f"accept {what} (default: 400)")
+    parser.add_argument(
+        "--eager-media",
+        action="store_true",
+        help="the benchmark baseline: decode at fetch, hash pixels (vLLM 0.33's way; slower)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mediaref",
+        description="mediaref serve: the GPU-less render server; mediaref render: one request, "
+        "offline (with no REQUEST, the shipped example). docs/serving.md has the details.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the render server")
+    _add_model_options(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    serve.add_argument(
+        "--port", type=int, default=8000, help="port to bind, 0: any free one (default: 8000)"
+    )
+    serve.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=64,
+        help="requests rendered at once; the rest wait, bodies unread (default: 64)",
+    )
+    serve.add_argument(
+        "--max-request-body-mb",
+        type=float,
+        default=64.0,
+        help="one request body, data: URLs included; over it: 413 (default: 64)",
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="seconds SIGTERM waits for in-flight requests (default: 30)",
+    )
+    _add_media_options(serve, local_default="")
+
+    render = commands.add_parser("render", help="render one request offline, print the JSON")
+    render.add_argument(
+        "request",
+        nargs="?",
+        type=Path,
+        help="a chat (messages) or completions (prompt) render request as JSON; relative file: "
+        "URLs are read relative to it (default: the shipped example)",
+    )
+    render.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="render it this many times: the first is a cache miss, the rest hits (default: 2)",
+    )
+    _add_model_options(render)
+    _add_media_options(render, local_default="(the request's directory)")
+    return parser
+
+
+def options_from(args: argparse.Namespace, **overrides: Any) -> ServeOptions:
+    values: dict[str, Any] = {
+        "models": tuple(args.models or (DEFAULT_MODEL,)),
+        "mm_processor_cache_gb": args.mm_processor_cache_gb,
+        "encoded_cache_mb": args.encoded_cache_mb,
+        "max_items_per_request": args.max_items_per_request,
+        "max_request_download_mb": args.max_request_download_mb,
+        "allowed_media_domains": tuple(args.allowed_media_domains),
+        "allowed_local_media_path": args.allowed_local_media_path,
+        "media_url_allow_private_ips": args.media_url_allow_private_ips,
+        "trust_exif_image_id": args.trust_exif_image_id,
+        "trust_request_mm_kwargs": args.trust_request_mm_kwargs,
+        "trust_request_chat_template": args.trust_request_chat_template,
+        "trust_request_mm_uuids": args.trust_request_mm_uuids,
+        "eager_media": args.eager_media,
+    }
+    for name in ("host", "port", "max_concurrency", "max_request_body_mb", "shutdown_timeout"):
+        if hasattr(args, name):
+            values[name] = getattr(args, name)
+    values.update(overrides)
+    return ServeOptions(**values)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            from mediaref.serve.server import run_server
+
+            return run_server(options_from(args))
+        return _render_command(args)
+    except ValueError as exc:  # a bad option value: ServeOptions says which
+        print(f"mediaref {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _render_command(args: argparse.Namespace) -> int:
+    from mediaref.serve.render_once import render_file
+
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
+    with resources.as_file(resources.files("mediaref") / "assets" / EXAMPLE_REQUEST) as example:
+        path: Path = (args.request or example).resolve()
+        local = args.allowed_local_media_path
+        if local == "(the request's directory)":
+            local = str(path.parent)
+        options = options_from(args, allowed_local_media_path=local)
+        return render_file(path, options, repeat=args.repeat)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _run(argv)
+
+
+__all__ = ["EXAMPLE_REQUEST", "build_parser", "main", "options_from"]

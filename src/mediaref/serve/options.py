@@ -1,0 +1,121 @@
+"""The render server's options: one frozen value, its defaults the multi-tenant ones.
+
+Each field is a ``mediaref serve`` flag (:mod:`mediaref.serve.cli`, where the help text lives)
+and ``docs/serving.md`` lists them with their defaults. The defaults assume clients that must not
+influence each other (``docs/security.md``, *Trust*): an image's EXIF ImageID is not its cache
+identity, per-request decoder and processor overrides, chat templates and item UUIDs are
+refused, every request has caps on its items and bytes, and media URLs go through the connector's
+address policy (no private addresses, no ``file:`` URLs) unless the operator opens them up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mediaref import envs
+from mediaref.models.builtin import BUILTIN_MODEL_NAMES, builtin_model_path
+
+DEFAULT_MODEL = "qwen2_vl"
+"""The built-in model served when no ``--model`` is given (it loads offline, from the package)."""
+
+_BYTES_PER_MB = 1024 * 1024
+
+
+def resolve_model_dir(model: str) -> str:
+    """A built-in model's name -> its directory inside the package; anything else is a path."""
+    if model in BUILTIN_MODEL_NAMES:
+        return str(builtin_model_path(model))
+    if not Path(model).is_dir():
+        raise ValueError(
+            f"--model {model!r} is neither a built-in model ({', '.join(BUILTIN_MODEL_NAMES)}) "
+            "nor a model directory"
+        )
+    return model
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How ``mediaref serve`` (and ``mediaref render``) render requests."""
+
+    models: tuple[str, ...] = (DEFAULT_MODEL,)
+    """Built-in model names or model directories. Each is served under the name given; the
+    first is the default for a request that names no ``model``."""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    """0 picks a free port (the server prints the one it bound)."""
+    max_concurrency: int = 64
+    """Requests rendered at once; later ones wait their turn (their bodies are not read yet)."""
+    max_items_per_request: int = 32
+    """Media items (image, video and audio parts, embeddings included) one request may carry;
+    over it: 413."""
+    max_request_body_mb: float = 64.0
+    """A request body's size, ``data:`` URLs included; over it: 413."""
+    max_request_download_mb: float | None = None
+    """All http(s) downloads of one request; None: ``VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB``
+    (256); 0: no cap. Over it: 413."""
+    allowed_media_domains: tuple[str, ...] = ()
+    """Hosts media URLs may name, on every redirect hop (empty: any public host)."""
+    allowed_local_media_path: str = ""
+    """A directory ``file:`` URLs may read under ("": ``file:`` URLs are refused, 403)."""
+    media_url_allow_private_ips: bool = False
+    """Let media URLs reach loopback, private and other non-public addresses."""
+    trust_exif_image_id: bool = False
+    """Key images by their EXIF ImageID (the library's default, ``MEDIAREF_TRUST_EXIF_IMAGE_ID``,
+    is on, as in vLLM; a server shared by clients keeps it off)."""
+    trust_request_mm_kwargs: bool = False
+    """Accept a request's ``media_io_kwargs`` and ``mm_processor_kwargs`` (vLLM's
+    ``--trust-request-mm-kwargs``); without it they are a 400."""
+    trust_request_chat_template: bool = False
+    """Accept a request's ``chat_template`` (vLLM's ``--trust-request-chat-template``)."""
+    trust_request_mm_uuids: bool = False
+    """Accept content parts' ``uuid`` fields: a UUID is the item's cache identity, chosen by the
+    client (``docs/security.md``, *Trust*); without it they are a 400."""
+    mm_processor_cache_gb: float | None = None
+    """The processor output cache per model; None: ``MEDIAREF_MM_PROCESSOR_CACHE_GB`` (4)."""
+    encoded_cache_mb: float = 512.0
+    """Encoded tensors of recently sent items (base64 safetensors, by item hash), so a repeated
+    item's response is not encoded again; 0: off (:mod:`mediaref.serve.encoded_cache`)."""
+    eager_media: bool = False
+    """The benchmark baseline, vLLM 0.33's way: decode every item at fetch and hash its pixels
+    (``benchmarks/bench_render.py``). Never faster; do not serve with it."""
+    shutdown_timeout: float = 30.0
+    """Seconds SIGTERM waits for the requests in flight before cutting them off."""
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("at least one model must be served")
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"a model is named twice: {list(self.models)}")
+        for name, value in (
+            ("max_concurrency", self.max_concurrency),
+            ("max_items_per_request", self.max_items_per_request),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.max_request_body_mb <= 0:
+            raise ValueError(
+                f"max_request_body_mb must be positive, got {self.max_request_body_mb}"
+            )
+        if self.encoded_cache_mb < 0:
+            raise ValueError(f"encoded_cache_mb must be >= 0, got {self.encoded_cache_mb}")
+        if self.shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout}")
+
+    @property
+    def default_model(self) -> str:
+        return self.models[0]
+
+    @property
+    def max_request_body_bytes(self) -> int:
+        return int(self.max_request_body_mb * _BYTES_PER_MB)
+
+    def request_download_limit_bytes(self) -> int | None:
+        """One request's download budget in bytes (None: no cap), read when a request starts."""
+        if self.max_request_download_mb is None:
+            return envs.size_cap_bytes("VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB")
+        megabytes = self.max_request_download_mb
+        return int(megabytes * _BYTES_PER_MB) if megabytes > 0 else None
+
+
+__all__ = ["DEFAULT_MODEL", "ServeOptions", "resolve_model_dir"]

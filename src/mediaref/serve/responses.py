@@ -1,0 +1,129 @@
+"""The render routes' response shape: vLLM 0.33's ``GenerateRequest``, as JSON.
+
+What ``/v1/chat/completions/render`` answers (and ``/v1/completions/render`` answers a list of,
+one per prompt) is the request a generate server takes next::
+
+    {"request_id": "chatcmpl-...", "token_ids": [...], "token_offsets": null,
+     "features": {...} | null,          # mediaref.serve.features; null for text-only prompts
+     "sampling_params": {...}, "model": ..., "reasoning_ended": null,
+     "reasoning_parser_kwargs": null, "return_token_ids": ..., "output_mode": "tokens",
+     "parse_context": {...} | null, "stream": false, "stream_options": null,
+     "cache_salt": ..., "priority": 0, "kv_transfer_params": ..., "ec_transfer_params": ...}
+
+``sampling_params`` holds the fields of vLLM's ``SamplingParams`` that the request resolves
+(request value, else OpenAI's default), ``max_tokens`` resolved as vLLM's ``get_max_tokens`` does
+(at most the context left after the prompt). It is not the engine's whole ``SamplingParams``
+dump: fields no request can set here stay the engine's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mediaref.exceptions import VLLMValidationError
+from mediaref.serve.protocol import ChatRenderRequest, RenderCommon
+
+# vLLM's request defaults for the SamplingParams fields a request leaves unset.
+SAMPLING_DEFAULTS: Mapping[str, Any] = {
+    "n": 1,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "seed": None,
+    "stop": [],
+    "stop_token_ids": [],
+    "bad_words": [],
+    "allowed_token_ids": None,
+    "ignore_eos": False,
+    "max_tokens": None,
+    "min_tokens": 0,
+    "logprobs": None,
+    "prompt_logprobs": None,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "include_stop_str_in_output": False,
+    "detokenize": True,
+}
+
+
+def resolve_max_tokens(requested: int | None, prompt_len: int, max_model_len: int) -> int:
+    """vLLM's ``get_max_tokens``: the request's, capped by the context the prompt leaves."""
+    if prompt_len > max_model_len:
+        raise VLLMValidationError(
+            f"Input length ({prompt_len}) exceeds model's maximum context length "
+            f"({max_model_len}).",
+            parameter="messages",
+        )
+    left = max_model_len - prompt_len
+    return left if requested is None else min(requested, left)
+
+
+def sampling_params(request: RenderCommon, prompt_len: int, max_model_len: int) -> dict[str, Any]:
+    params = {**SAMPLING_DEFAULTS, **request.sampling}
+    params["max_tokens"] = resolve_max_tokens(request.max_tokens, prompt_len, max_model_len)
+    return params
+
+
+def _history_tool_calls(messages: list[Any]) -> int:
+    return sum(
+        len(m.get("tool_calls") or ())
+        for m in messages
+        if m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list)
+    )
+
+
+def parse_context(request: ChatRenderRequest) -> dict[str, Any]:
+    """vLLM's ``ParseContext``: what a generate server needs to parse the chat's output."""
+    return {
+        "tools": request.tools,
+        "tool_choice": request.tool_choice,
+        "parallel_tool_calls": request.parallel_tool_calls,
+        "include_reasoning": request.include_reasoning,
+        "chat_template_kwargs": dict(request.chat_template_kwargs),
+        "history_tool_call_cnt": _history_tool_calls(request.messages),
+    }
+
+
+def generate_request(
+    request: RenderCommon,
+    *,
+    request_id: str,
+    token_ids: list[int],
+    features: dict[str, Any] | None,
+    max_model_len: int,
+    context: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One ``GenerateRequest`` as JSON."""
+    return {
+        "request_id": request_id,
+        "token_ids": token_ids,
+        "token_offsets": None,
+        "features": features,
+        "sampling_params": sampling_params(request, len(token_ids), max_model_len),
+        "model": request.model,
+        "reasoning_ended": None,
+        "reasoning_parser_kwargs": None,
+        "return_token_ids": request.return_token_ids,
+        "output_mode": "tokens",
+        "parse_context": context,
+        "stream": request.stream,
+        "stream_options": request.stream_options if request.stream else None,
+        "cache_salt": request.cache_salt,
+        "priority": request.priority,
+        "kv_transfer_params": request.kv_transfer_params,
+        "ec_transfer_params": request.ec_transfer_params,
+    }
+
+
+__all__ = [
+    "SAMPLING_DEFAULTS",
+    "generate_request",
+    "parse_context",
+    "resolve_max_tokens",
+    "sampling_params",
+]

@@ -1,0 +1,263 @@
+"""Rendering one parsed request: what both ``mediaref serve`` and ``mediaref render`` run.
+
+A chat request goes the way the library's own path does: the messages are parsed with every
+media item fetched concurrently through a connector of its own (the server's address policy,
+one download budget and one decode budget per request: lazy :class:`~mediaref.media.base.MediaRef`
+s, keyed without decoding), the chat template is applied off the event loop, then the renderer
+processes the prompt (a processor-cache hit neither decodes nor runs HF). A completions request
+tokenizes each text prompt, or checks each token-id prompt against the vocabulary.
+
+**The processor cache.** vLLM's render server skips its processor cache (``skip_mm_cache``):
+its cache only mirrors an engine core's. mediaref's server has no engine core, so each model's
+renderer keeps a processor-only cache (whole processed items), and a repeated item is served from
+it: that is what makes a hot workload cheap (``docs/performance.md``).
+
+**The eager baseline** (``ServeOptions.eager_media``): every item is decoded as soon as it is
+fetched and handed to the processor decoded, which then hashes its pixels: vLLM 0.33's own way,
+kept for ``benchmarks/bench_render.py``'s comparison.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
+from mediaref.media.base import MediaRef
+from mediaref.media.connector import MediaConnector, MediaRequestDownloadBudget
+from mediaref.media.decode_budget import MediaDecodedBudget
+from mediaref.processing.context import ModelConfig
+from mediaref.registry import TimingContext
+from mediaref.renderers.base import BaseRenderer, MultiModalRequest
+from mediaref.renderers.chat_utils import apply_chat_template, parse_chat_messages_async
+from mediaref.serve.encoded_cache import EncodedItemCache
+from mediaref.serve.errors import ModelNotFoundError
+from mediaref.serve.features import build_features
+from mediaref.serve.metrics import ServeMetrics
+from mediaref.serve.options import ServeOptions, resolve_model_dir
+from mediaref.serve.protocol import ChatRenderRequest, CompletionRenderRequest, RenderCommon
+from mediaref.serve.responses import generate_request, parse_context
+
+
+@dataclass
+class RenderTimings:
+    """Where one request's time went, in seconds (``mediaref render`` prints these)."""
+
+    fetch: float = 0.0
+    template: float = 0.0
+    process: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)
+    decoded: int = 0
+    """Media items this request decoded (0 on a processor-cache hit)."""
+
+    @property
+    def total(self) -> float:
+        return self.fetch + self.template + self.process
+
+
+def _media_items(mm_data: Any) -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for modality, value in (mm_data or {}).items():
+        for item in value if isinstance(value, list) else [value]:
+            items.append((modality, item))
+    return items
+
+
+class RenderService:
+    """The models one server renders for, each with its renderer (and processor cache)."""
+
+    def __init__(self, options: ServeOptions, *, metrics: ServeMetrics | None = None) -> None:
+        self.options = options
+        self.renderers: dict[str, BaseRenderer[Any]] = {}
+        try:
+            for name in options.models:
+                config = ModelConfig(
+                    model=resolve_model_dir(name),
+                    mm_processor_cache_gb=options.mm_processor_cache_gb,
+                )
+                self.renderers[name] = BaseRenderer(config)
+        except BaseException:
+            self.close()
+            raise
+        self.encoded = EncodedItemCache(int(options.encoded_cache_mb * 1024 * 1024))
+        self.metrics = metrics or ServeMetrics(
+            {name: r.mm_processor_cache for name, r in self.renderers.items()}
+        )
+
+    def warmup(self) -> None:
+        """Load each model's processor and run its warmup before the first request."""
+        for renderer in self.renderers.values():
+            renderer.start_mm_warmup().result()
+
+    def close(self) -> None:
+        for renderer in self.renderers.values():
+            renderer.shutdown()
+
+    def renderer_for(self, request: RenderCommon) -> tuple[str, BaseRenderer[Any]]:
+        name = request.model or self.options.default_model
+        renderer = self.renderers.get(name)
+        if renderer is None:
+            raise ModelNotFoundError(f"The model `{name}` does not exist.")
+        return name, renderer
+
+    def connector(self) -> MediaConnector:
+        """A connector for one request: the server's address policy, the request's budgets."""
+        options = self.options
+        return MediaConnector(
+            allowed_local_media_path=options.allowed_local_media_path,
+            allowed_media_domains=list(options.allowed_media_domains) or None,
+            allow_private_ips=options.media_url_allow_private_ips,
+            decoded_budget=MediaDecodedBudget(),
+            download_budget=MediaRequestDownloadBudget(options.request_download_limit_bytes()),
+        )
+
+    def _media_io_kwargs(self, request: ChatRenderRequest) -> dict[str, dict[str, Any]]:
+        # The server's EXIF-ID policy first; a trusted client's own image kwargs may override it.
+        kwargs: dict[str, dict[str, Any]] = {
+            "image": {"trust_exif_image_id": self.options.trust_exif_image_id}
+        }
+        for modality, values in (request.media_io_kwargs or {}).items():
+            kwargs[modality] = {**kwargs.get(modality, {}), **dict(values)}
+        return kwargs
+
+    async def render_chat(
+        self, request: ChatRenderRequest, timings: RenderTimings | None = None
+    ) -> dict[str, Any]:
+        """One ``GenerateRequest`` as JSON for a chat request."""
+        timings = timings if timings is not None else RenderTimings()
+        name, renderer = self.renderer_for(request)
+        model = renderer.mm_processor.info if renderer.mm_processor is not None else None
+        model_like: Any = model if model is not None else renderer.model_config
+        start = time.perf_counter()
+        conversation, mm_data, mm_uuids = await parse_chat_messages_async(
+            request.messages,
+            model_like,
+            media_io_kwargs=self._media_io_kwargs(request),
+            mm_processor_kwargs=request.mm_processor_kwargs,
+            connector=self.connector(),
+            chat_template=request.chat_template,
+        )
+        if self.options.eager_media and mm_data:
+            mm_data = await asyncio.to_thread(_decode_all, mm_data)
+        timings.fetch = time.perf_counter() - start
+        self.metrics.fetch_seconds.observe(timings.fetch)
+
+        start = time.perf_counter()
+        prompt = await asyncio.to_thread(
+            apply_chat_template,
+            model_like,
+            conversation,
+            chat_template=request.chat_template,
+            add_generation_prompt=request.add_generation_prompt,
+            continue_final_message=request.continue_final_message,
+            tools=request.tools,
+            chat_template_kwargs=request.chat_template_kwargs,
+        )
+        timings.template = time.perf_counter() - start
+
+        output = await self._process(
+            name,
+            renderer,
+            MultiModalRequest(
+                prompt,
+                mm_data or {},
+                mm_processor_kwargs=request.mm_processor_kwargs or {},
+                mm_uuids=mm_uuids,
+            ),
+            timings,
+        )
+        # Encoding the tensors copies megabytes: off the event loop.
+        with_tensors = request.mm_payload == "tensors"
+        features = await asyncio.to_thread(
+            build_features, output, with_tensors=with_tensors, encoded=self.encoded, model=name
+        )
+        return generate_request(
+            request,
+            request_id=f"chatcmpl-{request.request_id}",
+            token_ids=list(output["prompt_token_ids"]),
+            features=features,
+            max_model_len=renderer.model_config.derived_max_model_len,
+            context=parse_context(request),
+        )
+
+    async def _process(
+        self,
+        model: str,
+        renderer: BaseRenderer[Any],
+        request: MultiModalRequest,
+        timings: RenderTimings,
+    ) -> Any:
+        request.timing_ctx = TimingContext()
+        start = time.perf_counter()
+        output = await renderer.process_multimodal_async(request)
+        timings.process = time.perf_counter() - start
+        timings.stages = dict(request.timing_ctx.stage_secs)
+        self.metrics.observe_stages(timings.stages)
+        for modality, item in _media_items(request.mm_data):
+            if isinstance(item, MediaRef) and item.is_decoded:
+                timings.decoded += 1
+                self.metrics.decodes.labels(modality).inc()
+            elif self.options.eager_media:
+                timings.decoded += 1
+                self.metrics.decodes.labels(modality).inc()
+        hashes = [h for row in (output.get("mm_hashes") or {}).values() for h in row]
+        self.metrics.observe_cached(model, hashes)
+        return output
+
+    async def render_completion(self, request: CompletionRenderRequest) -> list[dict[str, Any]]:
+        """One ``GenerateRequest`` per prompt of a completions request."""
+        _, renderer = self.renderer_for(request)
+        base_id = f"cmpl-{request.request_id}"
+        results: list[dict[str, Any]] = []
+        for index, prompt in enumerate(request.prompts):
+            if isinstance(prompt, str):
+                token_ids = await asyncio.to_thread(
+                    _tokenize, renderer, prompt, request.add_special_tokens
+                )
+            else:
+                renderer.validate_token_ids(prompt, parameter="prompt")
+                token_ids = list(prompt)
+            results.append(
+                generate_request(
+                    request,
+                    request_id=base_id if len(request.prompts) == 1 else f"{base_id}-{index}",
+                    token_ids=token_ids,
+                    features=None,
+                    max_model_len=renderer.model_config.derived_max_model_len,
+                )
+            )
+        return results
+
+
+def _tokenize(renderer: BaseRenderer[Any], text: str, add_special_tokens: bool) -> list[int]:
+    return list(renderer.get_tokenizer().encode(text, add_special_tokens=add_special_tokens))
+
+
+def _decode_eagerly(modality: str, index: int, item: Any) -> Any:
+    if not isinstance(item, MediaRef):
+        return item
+    try:
+        return item.decode()
+    except MediaTooLargeError:
+        raise
+    except ValueError as exc:  # a verdict on the payload: what the processor reports as 422
+        raise VLLMUnprocessableEntityError(
+            f"Failed to decode {modality} item at index {index}: {exc}",
+            modality=modality,
+            index=index,
+        ) from exc
+
+
+def _decode_all(mm_data: Any) -> dict[str, Any]:
+    """The eager baseline: every fetched item decoded now, handed on decoded."""
+    decoded: dict[str, Any] = {}
+    for modality, value in mm_data.items():
+        items = value if isinstance(value, list) else [value]
+        done = [_decode_eagerly(modality, i, item) for i, item in enumerate(items)]
+        decoded[modality] = done if isinstance(value, list) else done[0]
+    return decoded
+
+
+__all__ = ["RenderService", "RenderTimings"]

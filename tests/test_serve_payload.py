@@ -1,0 +1,79 @@
+"""The render server's payloads: base64 tensors written as JSON, a repeated item's encoding
+kept, and the eager baseline answering what the lazy path answers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from mediaref.serve.app import CHAT_ROUTE, build_app
+from mediaref.serve.encoded_cache import EncodedItemCache
+from mediaref.serve.json_body import dump_json
+from mediaref.serve.options import ServeOptions
+from mediaref.serve.service import RenderService
+from test_serve import chat, data_url, jpeg_bytes, post
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[RenderService]:
+    service = RenderService(ServeOptions())
+    yield service
+    service.close()
+
+
+def test_dump_json_writes_base64_bytes_as_strings_and_nothing_else_changes() -> None:
+    payload = {
+        "token_ids": [1, 2, 3],
+        "blobs": {"image": [b"QUJD", None, b""]},
+        "text": 'quotes " and mediaref-blob-0 and \u00e9',
+        "nested": [{"x": b"RA=="}],
+    }
+    expected = {**payload, "blobs": {"image": ["QUJD", None, ""]}, "nested": [{"x": "RA=="}]}
+    assert json.loads(dump_json(payload)) == expected
+    assert json.loads(dump_json({"a": 1})) == {"a": 1}
+
+
+async def test_the_eager_baseline_answers_what_the_lazy_server_answers(
+    service: RenderService,
+) -> None:
+    eager_service = RenderService(ServeOptions(eager_media=True))
+    try:
+        async with TestClient(TestServer(build_app(eager_service))) as test_client:
+            good = chat(data_url(jpeg_bytes(12)))
+            status, eager = await post(test_client, CHAT_ROUTE, good)
+            assert status == 200, eager
+            corrupt = chat(data_url(jpeg_bytes(12)), data_url(b"\xff\xd8\xff\xe0" + bytes(300)))
+            status, answer = await post(test_client, CHAT_ROUTE, corrupt)
+    finally:
+        eager_service.close()
+    assert status == 422 and "image item at index 1" in answer["error"]["message"]
+    # Same tokens and tensors as the lazy path; the hash differs (pixels vs bytes, by design).
+    async with TestClient(TestServer(build_app(service))) as test_client:
+        _, expected = await post(test_client, CHAT_ROUTE, good)
+    assert eager["token_ids"] == expected["token_ids"]
+    assert eager["features"]["kwargs_data"] == expected["features"]["kwargs_data"]
+
+
+async def test_a_repeated_item_is_not_encoded_again(service: RenderService) -> None:
+    async with TestClient(TestServer(build_app(service))) as test_client:
+        body = chat(data_url(jpeg_bytes(13)))
+        hits_before = service.encoded.hits
+        first = await post(test_client, CHAT_ROUTE, body)
+        second = await post(test_client, CHAT_ROUTE, body)
+    assert first[0] == second[0] == 200
+    assert first[1]["features"] == second[1]["features"]
+    assert service.encoded.hits == hits_before + 1
+
+
+def test_the_encoded_cache_keeps_nothing_over_its_budget() -> None:
+    cache = EncodedItemCache(10)
+    assert cache.get_or_encode(("m", "h", "data"), lambda: b"x" * 11) == b"x" * 11
+    assert cache.get_or_encode(("m", "h", "data"), lambda: b"y") == b"y"  # not kept: too big
+    assert cache.get_or_encode(("m", "h", "data"), lambda: b"z") == b"y"
+    assert (cache.hits, cache.misses) == (1, 2)
+    off = EncodedItemCache(0)
+    off.get_or_encode(("m", "h", "data"), lambda: b"a")
+    assert off.get_or_encode(("m", "h", "data"), lambda: b"b") == b"b"
