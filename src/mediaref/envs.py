@@ -61,7 +61,8 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     # Qwen2-VL's fused exact image/video path (bit-identical to HF's default processors); off:
     # every item goes through the HF processor
     "MEDIAREF_QWEN2_VL_FUSED": (_bool, True),
-    # Opt-in approximate modes of that path, comma-separated: "jpeg_draft"
+    # Opt-in approximate modes of that path, comma-separated: "jpeg_draft" (large JPEGs decoded at
+    # a DCT scale), "video_scale" (video frames decoded straight to their target size)
     "MEDIAREF_QWEN2_VL_APPROX": (str, ""),
     # vLLM's Rust frontend cannot leave normalization to the device: it vetoes mm_device_do_normalize
     "VLLM_USE_RUST_FRONTEND": (_bool, False),

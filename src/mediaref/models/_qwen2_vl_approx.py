@@ -9,10 +9,17 @@
   image carries its source size (``info[DRAFT_SOURCE_SIZE]``) and the fused path sizes the target
   from it. The mode is part of the decoder's spec, so drafted images never share a cache entry
   with exact ones. An item that falls to the HF path is sized from the drafted image.
-
-Decoding video frames straight to the target size through FFmpeg's scaler is measured by
-``benchmarks/bench_fast_path.py --approx`` but not offered yet: it belongs in the video decoders'
-frame collector (``media/video``), behind their safe opener and decode budget.
+- ``video_scale``: a video's sampled frames are decoded straight to their Qwen2-VL target size
+  by FFmpeg's scaler (the PyAV codec's frame collector through a
+  :class:`~mediaref.media.video.FrameScaling`: the same demuxer allow-list, pixel
+  cap and decoded-bytes budget, charged for the target frames), so the fused path finds them at
+  their target and skips its resize. The target is ``smart_resize`` of the source size, and
+  only one that ``smart_resize`` maps to itself is used (otherwise frames keep their size and
+  are resized exactly), so the grid is the exact path's. The scaling (with its sizing, kernel
+  and method) is in the decoder's spec. Videos whose loader does not decode with PyAV, and
+  ``video/jpeg`` frame lists, stay exact. The target is sized with the deployment's
+  ``min_pixels`` / ``max_pixels``: a request that overrides them gets the grid of the scaled
+  frames, not of the source.
 
 ``docs/performance.md`` reports each mode's deviation from the exact path on real media.
 """
@@ -25,18 +32,22 @@ from PIL import Image
 
 from mediaref import envs
 from mediaref.media.image import ImageMediaIO
+from mediaref.media.video import FrameScaling
 from mediaref.models._qwen2_vl_fused import DRAFT_SOURCE_SIZE, smart_resize
 
 __all__ = [
     "APPROX_MODES",
     "DRAFT_SOURCE_SIZE",
     "JPEG_DRAFT",
+    "VIDEO_SCALE",
     "DraftingImageMediaIO",
     "approx_modes",
+    "smart_resize_scaling",
 ]
 
 JPEG_DRAFT = "jpeg_draft"
-APPROX_MODES = frozenset({JPEG_DRAFT})
+VIDEO_SCALE = "video_scale"
+APPROX_MODES = frozenset({JPEG_DRAFT, VIDEO_SCALE})
 _EXIF_ORIENTATION = 0x0112
 _TRANSPOSING = frozenset({5, 6, 7, 8})  # orientations that swap width and height
 
@@ -51,6 +62,29 @@ def approx_modes() -> frozenset[str]:
             f"the modes are {sorted(APPROX_MODES)}"
         )
     return modes
+
+
+def smart_resize_scaling(*, factor: int, min_pixels: int, max_pixels: int) -> FrameScaling:
+    """The ``video_scale`` frame scaling: frames to their ``smart_resize`` target.
+
+    A target is used only when ``smart_resize`` maps it to itself, so the fused path (which sizes
+    the frames it is given) finds them at their target and gives the source's grid. Extreme
+    aspect ratios, where its floor or ceil against the pixel bounds is not a fixed point, and
+    sizes it refuses (aspect ratio over 200) keep the source size: the exact path resizes those,
+    or raises its own error.
+    """
+    sizing = {"factor": factor, "min_pixels": min_pixels, "max_pixels": max_pixels}
+
+    def target(width: int, height: int) -> tuple[int, int] | None:
+        try:
+            target_h, target_w = smart_resize(height, width, **sizing)
+        except ValueError:
+            return None
+        if smart_resize(target_h, target_w, **sizing) != (target_h, target_w):
+            return None
+        return target_w, target_h
+
+    return FrameScaling(target, key={"qwen2_vl_smart_resize": sizing})
 
 
 class DraftingImageMediaIO(ImageMediaIO):

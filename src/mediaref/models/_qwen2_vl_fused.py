@@ -22,18 +22,19 @@ the HF path. Those are:
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from PIL import Image
 
-from mediaref.models._patch_rows import patch_rows, resize_frames, rgb_array
+from mediaref.models._patch_rows import patch_rows, resize_frames, rgb_pixels
 
 __all__ = [
     "DRAFT_SOURCE_SIZE",
@@ -56,6 +57,7 @@ _HONOURED_KWARGS = frozenset(
 _BICUBIC = 3  # PIL's BICUBIC, which HF maps to torchvision's bicubic
 _MAX_ASPECT_RATIO = 200
 _Rows = tuple[torch.Tensor, tuple[int, int, int]]
+_T = TypeVar("_T")
 # The media pool's thread names (mediaref.media.executor names its threads so).
 MEDIA_POOL_THREAD_PREFIX = "mediaref-media"
 
@@ -206,23 +208,30 @@ def video_target(frames: object, settings: FusedVisionSettings) -> tuple[int, in
     return _target(int(frames.shape[1]), int(frames.shape[2]), settings)
 
 
-def _finish(
-    planes: torch.Tensor, settings: FusedVisionSettings
-) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    rows = torch.from_numpy(
-        patch_rows(
-            planes,
-            patch_size=settings.patch_size,
-            merge_size=settings.merge_size,
-            temporal_patch_size=settings.temporal_patch_size,
-        )
-    )
-    frames, _, height, width = planes.shape
-    grid = (
+def _grid(
+    frames: int, height: int, width: int, settings: FusedVisionSettings
+) -> tuple[int, int, int]:
+    return (
         -(-frames // settings.temporal_patch_size),
         height // settings.patch_size,
         width // settings.patch_size,
     )
+
+
+def _patch_rows(
+    planes: torch.Tensor, settings: FusedVisionSettings, out: np.ndarray | None = None
+) -> np.ndarray:
+    return patch_rows(
+        planes,
+        patch_size=settings.patch_size,
+        merge_size=settings.merge_size,
+        temporal_patch_size=settings.temporal_patch_size,
+        out=out,
+    )
+
+
+def _output(rows_u8: np.ndarray, settings: FusedVisionSettings) -> torch.Tensor:
+    rows = torch.from_numpy(rows_u8)
     if settings.mean is not None and settings.std is not None:
         # Elementwise, so the same fp32 values as HF's normalize before its patchify.
         channels = len(settings.mean)
@@ -232,50 +241,65 @@ def _finish(
         rows = normalized.sub_(mean).div_(std).view(rows.shape[0], -1)
         if settings.dtype is not None:
             rows = rows.to(settings.dtype)
-    return rows, grid
+    return rows
+
+
+def _finish(
+    planes: torch.Tensor, settings: FusedVisionSettings
+) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    frames, _, height, width = planes.shape
+    return _output(_patch_rows(planes, settings), settings), _grid(frames, height, width, settings)
 
 
 def image_rows(
     image: Image.Image, target: tuple[int, int], settings: FusedVisionSettings
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """One image's patch rows and ``(t, h, w)`` grid."""
-    if image.mode == "RGB" and image.info.get("transparency") is None:
-        pixels = np.asarray(image)  # HF's convert("RGB") would copy the same values
-    else:
-        pixels = rgb_array(image)
-    return _finish(resize_frames(pixels[None], *target), settings)
+    # Possibly Pillow's RGBX storage in place: its padding plane is dropped after the resize.
+    pixels = rgb_pixels(image)
+    return _finish(resize_frames(pixels[None], *target, channels=3), settings)
 
 
 def video_rows(
-    frames: np.ndarray, target: tuple[int, int], settings: FusedVisionSettings
-) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """One video's patch rows and ``(t, h, w)`` grid: every frame resized once, at the target."""
-    return _finish(resize_frames(frames, *target), settings)
-
-
-def fused_rows(
-    items: Sequence[object],
-    targets: Sequence[tuple[int, int]],
+    frames: np.ndarray,
+    target: tuple[int, int],
     settings: FusedVisionSettings,
     *,
-    video: bool,
-    executor: Executor | None,
-) -> list[_Rows]:
-    """Every item's rows, fanned out on ``executor`` (inline when None, for a single item, or
-    when called from a media-pool thread), returned in item order."""
-    work: Callable[[Any, tuple[int, int], FusedVisionSettings], _Rows] = (
-        video_rows if video else image_rows
-    )
-    # Inline on a media-pool thread: waiting there for jobs queued behind it could deadlock.
-    on_pool = threading.current_thread().name.startswith(MEDIA_POOL_THREAD_PREFIX)
-    if executor is None or len(items) < 2 or on_pool:
-        return [work(item, target, settings) for item, target in zip(items, targets, strict=True)]
-    futures = [
-        executor.submit(work, item, target, settings)
-        for item, target in zip(items, targets, strict=True)
-    ]
-    # Every future is drained before an error propagates: no worker is left reading an item.
-    results: list[_Rows] = []
+    executor: Executor | None = None,
+    pieces: int = 1,
+) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """One video's patch rows and ``(t, h, w)`` grid: every frame resized once, at the target.
+
+    With an ``executor`` and ``pieces`` > 1, the frames are cut into up to ``pieces`` runs of
+    whole temporal groups, each resized and patched on the executor straight into its slice of
+    the rows (the resize and the copy release the GIL, so the pieces use as many cores). Frames
+    are resized independently and a group's rows depend on its frames alone, so the bytes are
+    the same whatever the cut; only the last piece can hold the padded group. Must not be called
+    with the executor from one of its own threads (the caller waits on the pieces).
+    """
+    count, _, _, channels = frames.shape
+    height, width = target
+    grid = _grid(count, height, width, settings)
+    pieces = min(pieces, grid[0])
+    if executor is None or pieces < 2:
+        return _finish(resize_frames(frames, height, width), settings)
+    per_group = grid[1] * grid[2]
+    t_size, p_size = settings.temporal_patch_size, settings.patch_size
+    rows = np.empty((grid[0] * per_group, channels * t_size * p_size * p_size), dtype=np.uint8)
+
+    def piece(first: int, stop: int) -> None:
+        planes = resize_frames(frames[first * t_size : stop * t_size], height, width)
+        _patch_rows(planes, settings, out=rows[first * per_group : stop * per_group])
+
+    bounds = [grid[0] * i // pieces for i in range(pieces + 1)]
+    _drain([executor.submit(piece, first, stop) for first, stop in itertools.pairwise(bounds)])
+    return _output(rows, settings), grid
+
+
+def _drain(futures: Sequence[Future[_T]]) -> list[_T]:
+    """Every future's result in order; every one is waited for before the first error
+    propagates, so no worker is left reading an item (or writing rows) after the call."""
+    results: list[_T] = []
     error: BaseException | None = None
     for future in futures:
         try:
@@ -285,3 +309,36 @@ def fused_rows(
     if error is not None:
         raise error
     return results
+
+
+def fused_rows(
+    items: Sequence[object],
+    targets: Sequence[tuple[int, int]],
+    settings: FusedVisionSettings,
+    *,
+    video: bool,
+    executor: Executor | None,
+    pieces: int = 1,
+) -> list[_Rows]:
+    """Every item's rows, fanned out on ``executor`` (inline when None, for a single item, or
+    when called from a media-pool thread), returned in item order. A single video is cut into
+    up to ``pieces`` runs of frames on ``executor`` instead (:func:`video_rows`)."""
+    work: Callable[[Any, tuple[int, int], FusedVisionSettings], _Rows] = (
+        video_rows if video else image_rows
+    )
+    # Inline on a media-pool thread: waiting there for jobs queued behind it could deadlock.
+    on_pool = threading.current_thread().name.startswith(MEDIA_POOL_THREAD_PREFIX)
+    if executor is None or on_pool:
+        return [work(item, target, settings) for item, target in zip(items, targets, strict=True)]
+    if len(items) < 2:
+        if video and items:
+            frames = items[0]
+            assert isinstance(frames, np.ndarray)
+            return [video_rows(frames, targets[0], settings, executor=executor, pieces=pieces)]
+        return [work(item, target, settings) for item, target in zip(items, targets, strict=True)]
+    return _drain(
+        [
+            executor.submit(work, item, target, settings)
+            for item, target in zip(items, targets, strict=True)
+        ]
+    )

@@ -1,13 +1,14 @@
 """Routing a Qwen2-VL processor call: the items the fused path takes, and HF for the rest.
 
 Every image and video is routed on its own (:mod:`mediaref.models._qwen2_vl_fused` says which
-can be fused, before any pixel work); the fused ones fan out on the media pool, the others go to
-the HF processor in one call, and the outputs are put back together in item order, so the
-result reads as one HF call over all items.
+can be fused, before any pixel work); the fused ones fan out on the media pool (a single video
+in pieces of frames, up to one a core), the others go to the HF processor in one call, and the
+outputs are put back together in item order, so the result reads as one HF call over all items.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,16 @@ def _settings_for(
     if modality.video:
         return video_settings(getattr(hf_processor, "video_processor", None), kwargs, dtype)
     return image_settings(getattr(hf_processor, "image_processor", None), kwargs, dtype)
+
+
+def _media_pool_cores() -> int:
+    """How many pieces a single video's frames are cut into: as many as the media pool has
+    threads and the process has cores (more would only queue)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(int(envs.VLLM_MEDIA_LOADING_THREAD_COUNT), cores))
 
 
 def _split_hf_rows(output: BatchFeature, modality: _Modality) -> list[_Rows]:
@@ -120,6 +131,7 @@ def call_with_fused_path(
                 job_settings,
                 video=modality.video,
                 executor=get_media_executor(),
+                pieces=_media_pool_cores(),
             )
         except MemoryError:
             raise

@@ -36,8 +36,15 @@ from mediaref.inputs import (
 )
 from mediaref.media.base import MediaIO
 from mediaref.media.image import ImageMediaIO
-from mediaref.models._qwen2_vl_approx import JPEG_DRAFT, DraftingImageMediaIO, approx_modes
-from mediaref.models._qwen2_vl_fused import image_settings
+from mediaref.media.video import VideoMediaIO
+from mediaref.models._qwen2_vl_approx import (
+    JPEG_DRAFT,
+    VIDEO_SCALE,
+    DraftingImageMediaIO,
+    approx_modes,
+    smart_resize_scaling,
+)
+from mediaref.models._qwen2_vl_fused import image_settings, video_settings
 from mediaref.models._qwen2_vl_routing import call_with_fused_path
 from mediaref.parse import (
     DictEmbeddingItems,
@@ -82,8 +89,12 @@ class Qwen2VLProcessingInfo(BaseProcessingInfo):
         self, modality: str, media_io_kwargs: Mapping[str, Any] | None = None
     ) -> MediaIO[Any]:
         """The base's decoders; with ``MEDIAREF_QWEN2_VL_APPROX=jpeg_draft``, images decode
-        through :class:`~mediaref.models._qwen2_vl_approx.DraftingImageMediaIO`."""
+        through :class:`~mediaref.models._qwen2_vl_approx.DraftingImageMediaIO`; with
+        ``video_scale``, videos decode straight to their target size
+        (:func:`~mediaref.models._qwen2_vl_approx.smart_resize_scaling`)."""
         media_io = super().get_media_io(modality, media_io_kwargs)
+        if modality == "video" and type(media_io) is VideoMediaIO:
+            return self._scaled_video_io(media_io)
         if modality != "image" or type(media_io) is not ImageMediaIO:
             return media_io
         if JPEG_DRAFT not in approx_modes():
@@ -101,6 +112,21 @@ class Qwen2VLProcessingInfo(BaseProcessingInfo):
             min_pixels=sizing.min_pixels,
             max_pixels=sizing.max_pixels,
             **media_io.kwargs,
+        )
+
+    def _scaled_video_io(self, media_io: VideoMediaIO) -> VideoMediaIO:
+        if VIDEO_SCALE not in approx_modes() or not media_io.supports_frame_scaling():
+            return media_io  # off, or a loader whose codec cannot scale: the exact decode
+        processor = self.get_hf_processor().video_processor
+        # As the processor call will be made: HF's own frame sampling off, the deployment's kwargs.
+        kwargs = {"do_sample_frames": False, **self.ctx.get_merged_mm_kwargs({})}
+        sizing = video_settings(processor, kwargs)
+        if sizing is None:
+            return media_io  # the exact path would not take these videos either
+        return media_io.with_frame_scaling(
+            smart_resize_scaling(
+                factor=sizing.factor, min_pixels=sizing.min_pixels, max_pixels=sizing.max_pixels
+            )
         )
 
     def get_merge_size(self) -> int:

@@ -10,6 +10,8 @@
   (:class:`PyAVVideoBackend`), mediaref's default.
 - :mod:`~mediaref.media.video.decoders`: the codecs they decode with (``pyav`` by default;
   ``opencv`` and ``torchcodec`` when their packages are installed).
+- :class:`FrameScaling` (mediaref's own, opt-in): ``VideoMediaIO(..., frame_scaling=...)``
+  decodes frames straight to a target size with FFmpeg's scaler (approximate; never a default).
 
 ``mediaref.video`` and ``mediaref.video_decoders`` are vLLM's public paths for these names.
 Importing this package registers every built-in loader.
@@ -36,6 +38,7 @@ from mediaref.media.video._backends_qwen import (
 )
 from mediaref.media.video._backends_uniform import NemotronVLVideoBackend, PyAVVideoBackend
 from mediaref.media.video._embedding import VideoEmbeddingMediaIO
+from mediaref.media.video._frame_scaling import FrameScaling
 from mediaref.media.video._frames_ops import (
     rescale_video_size,
     resize_video,
@@ -62,6 +65,7 @@ __all__ = [
     "DecodedFrames",
     "DynamicVideoBackend",
     "EmbeddingGemma2VideoBackend",
+    "FrameScaling",
     "GLM46VVideoBackend",
     "GLMGAVideoBackend",
     "Glm5NextVideoBackend",

@@ -6,6 +6,7 @@ import av
 import numpy as np
 
 from mediaref.media.video._frame_limits import charge_rgb_frames, check_frame_size
+from mediaref.media.video._frame_scaling import FrameScaling
 
 # Frames added at least per growth when a stream yields more frames than its packet index counted.
 _MIN_GROWTH_FRAMES = 8
@@ -24,6 +25,12 @@ class FrameCollector:
     midway, and the stack must stay well-formed. Each frame is checked against ``max_pixels``
     before it is converted. Frames beyond the capacity grow the array in place (charged first),
     and a short stream trims it in place.
+
+    With a ``scaling`` (the opt-in approximate mode, :mod:`~mediaref.media.video._frame_scaling`)
+    the array holds frames at the scaling's target of the first frame's size, converted to RGB
+    and scaled by FFmpeg (:meth:`FrameScaling.to_rgb`). The pixel cap still binds on the source
+    frames (the decoder allocates them whole); the budget is charged for the target frames, the
+    ones kept.
     """
 
     def __init__(
@@ -32,13 +39,15 @@ class FrameCollector:
         *,
         header_size: tuple[int, int] | None = None,
         max_pixels: int | None = None,
+        scaling: FrameScaling | None = None,
     ) -> None:
         self._capacity = capacity
         self._max_pixels = max_pixels
+        self._scaling = scaling
         self._charged_pixels = 0  # per frame of the capacity
         if header_size is not None and all(header_size):
-            width, height = header_size
-            check_frame_size(width, height, limit=max_pixels)
+            check_frame_size(*header_size, limit=max_pixels)
+            width, height = self._kept_size(*header_size)
             charge_rgb_frames(capacity, height, width)
             self._charged_pixels = width * height
         self._buffer: np.ndarray | None = None
@@ -50,12 +59,16 @@ class FrameCollector:
     def add(self, frame: av.VideoFrame, index: int) -> None:
         check_frame_size(frame.width, frame.height, limit=self._max_pixels)
         if self._buffer is None:
-            self._buffer = self._allocate(frame.width, frame.height)
+            self._buffer = self._allocate(*self._kept_size(frame.width, frame.height))
         position = len(self.indices)
         if position == len(self._buffer):
             self._grow()
         _, height, width, _ = self._buffer.shape
-        self._buffer[position] = frame.to_ndarray(format="rgb24", width=width, height=height)
+        if self._scaling is None:
+            rgb = frame.to_ndarray(format="rgb24", width=width, height=height)
+        else:
+            rgb = self._scaling.to_rgb(frame, width, height)
+        self._buffer[position] = rgb
         self.indices.append(index)
 
     def clear(self) -> None:
@@ -72,6 +85,12 @@ class FrameCollector:
             # In place: a trimmed view would pin the whole array, and a copy would double it.
             buffer.resize((kept, *buffer.shape[1:]), refcheck=False)
         return buffer
+
+    def _kept_size(self, width: int, height: int) -> tuple[int, int]:
+        """The ``(width, height)`` frames of this source size are kept at."""
+        if self._scaling is None:
+            return width, height
+        return self._scaling.target_size(width, height)
 
     def _allocate(self, width: int, height: int) -> np.ndarray:
         pixels = width * height

@@ -17,13 +17,20 @@ sequence, is an image under ``VLLM_MAX_IMAGE_PIXELS``; the kept frames' RGB byte
 to the request's ``VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES`` budget before they are allocated (to
 ``image_io.decoded_budget`` when it is set, as in vLLM). Containers open through the video
 allow-list of demuxers, whatever the codec.
+
+``frame_scaling`` (keyword-only, a :class:`~mediaref.media.video._frame_scaling.FrameScaling`;
+never set by default, and not settable by a request) is an opt-in approximate mode: the PyAV
+codec decodes the kept frames straight to the scaling's target size with FFmpeg's scaler, under
+the same caps (the budget is charged for the target frames). It is in the decode spec, so scaled
+and exact decodes never share a cache entry; a loader that does not decode with PyAV refuses it.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -38,6 +45,8 @@ from mediaref.media.base import (
     is_jpeg_frames,
 )
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
+from mediaref.media.video._backend import VideoBackend, default_codec
+from mediaref.media.video._frame_scaling import SCALING_CODECS, FrameScaling, frame_scaling_scope
 from mediaref.media.video._jpeg_frames import (
     JPEG_FRAMES_BACKEND,
     JPEG_METADATA_OPTIONS,
@@ -60,8 +69,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # Options a request may not change: GPU decoder sizing (its memory is reserved at startup) and
-# the decode device (it decides where the processor pipeline runs).
-_STARTUP_ONLY_OPTIONS = ("hw_decoders", "max_width", "max_height", "pool_size", "device")
+# the decode device (it decides where the processor pipeline runs); mediaref's opt-in frame
+# scaling (a deployment's choice, and no JSON value could carry its rule anyway).
+_STARTUP_ONLY_OPTIONS = (
+    "hw_decoders",
+    "max_width",
+    "max_height",
+    "pool_size",
+    "device",
+    "frame_scaling",
+)
 _warned_gpu_backends: set[tuple[str, str]] = set()
 
 
@@ -118,7 +135,14 @@ class VideoMediaIO(MediaIO[tuple[DecodedFrames, VideoMetadata]]):
                     merged.pop(name, None)
         return merged
 
-    def __init__(self, image_io: ImageMediaIO, num_frames: int = 32, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        image_io: ImageMediaIO,
+        num_frames: int = 32,
+        *,
+        frame_scaling: FrameScaling | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.image_io = image_io
         self.num_frames = validate_num_frames(num_frames)
         backend = kwargs.pop("video_backend", None)
@@ -138,6 +162,39 @@ class VideoMediaIO(MediaIO[tuple[DecodedFrames, VideoMetadata]]):
             fps=self.fps,
             loader_kwargs=kwargs,
         )
+        self.frame_scaling: FrameScaling | None = None
+        if frame_scaling is not None:
+            self._set_frame_scaling(frame_scaling)
+
+    def with_frame_scaling(self, frame_scaling: FrameScaling) -> VideoMediaIO:
+        """A copy of this decoder that decodes frames straight to ``frame_scaling``'s target
+        (``ValueError`` when its loader does not decode with PyAV)."""
+        scaled = copy.copy(self)
+        scaled.kwargs = dict(self.kwargs)
+        scaled._set_frame_scaling(frame_scaling)
+        return scaled
+
+    def supports_frame_scaling(self) -> bool:
+        """Whether this decoder's loader decodes with a codec that honours a frame scaling."""
+        loader = self.video_loader
+        if not (isinstance(loader, type) and issubclass(loader, VideoBackend)):
+            return False  # a loader of its own: its codec (if any) is unknown
+        codec = self.kwargs.get("backend", default_codec(self.video_loader))
+        return codec in SCALING_CODECS
+
+    def _set_frame_scaling(self, frame_scaling: FrameScaling) -> None:
+        if not isinstance(frame_scaling, FrameScaling):
+            raise ValueError(
+                f"frame_scaling must be a FrameScaling, got {type(frame_scaling).__name__}"
+            )
+        if not self.supports_frame_scaling():
+            raise ValueError(
+                f"frame_scaling needs a loader that decodes with PyAV; the "
+                f"{self.video_backend!r} loader here does not"
+            )
+        self.frame_scaling = frame_scaling
+        # Only a scaled decoder's spec names it: exact decoders keep their keys.
+        self._spec = self._spec.extend(frame_scaling=frame_scaling.spec_settings())
 
     def get_decode_spec(self) -> DecodeSpec:
         return self._spec
@@ -149,7 +206,10 @@ class VideoMediaIO(MediaIO[tuple[DecodedFrames, VideoMetadata]]):
         options = dict(self.kwargs)
         if self.fps is not None:  # otherwise the loader's own default rate applies
             options["fps"] = self.fps
-        with self._budget_scope():
+        with ExitStack() as scopes:
+            scopes.enter_context(self._budget_scope())
+            if self.frame_scaling is not None:
+                scopes.enter_context(frame_scaling_scope(self.frame_scaling))
             video: tuple[DecodedFrames, VideoMetadata] = self.video_loader.load_bytes(
                 data, num_frames=self.num_frames, **options
             )
@@ -208,6 +268,8 @@ class VideoMediaIO(MediaIO[tuple[DecodedFrames, VideoMetadata]]):
 
     def __repr__(self) -> str:
         options = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
+        if self.frame_scaling is not None:
+            options += f", frame_scaling={self.frame_scaling.spec_settings()!r}"
         return (
             f"VideoMediaIO(num_frames={self.num_frames}, video_backend={self.video_backend!r}, "
             f"fps={self.fps!r}{options})"

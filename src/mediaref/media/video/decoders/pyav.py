@@ -13,7 +13,9 @@ Besides vLLM's four values, :func:`decode_pyav_detailed` reports what the decode
 when the container declares none, as webm and mkv do), where the count came from
 (``total_num_frames_source``: "demux" when counted from packets, "decode" when counted by
 decoding every frame), ``num_decoded_frames`` and ``num_skipped_packets`` (damaged packets the
-codec rejected).
+codec rejected). ``width`` and ``height`` are the kept frames' size: under a frame scaling
+(:mod:`mediaref.media.video._frame_scaling`, opt-in) the target size, the source's being in
+``source_width`` / ``source_height`` then.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import av
 from mediaref.media._pyav_open import UnsupportedContainerError
 from mediaref.media.video._frame_collector import FrameCollector
 from mediaref.media.video._frame_limits import max_frame_pixels
+from mediaref.media.video._frame_scaling import current_frame_scaling
 from mediaref.media.video._pyav_container import (
     FrameIndex,
     VideoUnreadableError,
@@ -91,6 +94,8 @@ def _decode(
     loader_cls: Any, data: bytes, target: VideoTargetMetadata, sampling_kwargs: dict[str, Any]
 ) -> PyAVDecodeResult:
     max_pixels = max_frame_pixels()
+    # The opt-in frame scaling of the running decode (VideoMediaIO's frame_scaling); None: exact.
+    scaling = current_frame_scaling()
     with FrameDecoder(data, max_pixels=max_pixels) as decoder:
         video_fps = header_fps(decoder.stream)
         size = header_size(decoder.stream)
@@ -110,7 +115,9 @@ def _decode(
         # rule's business (the valid indices say what was decoded), as with vLLM's codecs.
         wanted = sorted({i for i in frame_idx if 0 <= i < index.num_frames})
         if index.num_frames and len(wanted) == index.num_frames:
-            collector = FrameCollector(index.num_frames, header_size=size, max_pixels=max_pixels)
+            collector = FrameCollector(
+                index.num_frames, header_size=size, max_pixels=max_pixels, scaling=scaling
+            )
             total = decode_sequentially(decoder.frames_from_start(), None, collector)
             details["total_num_frames_source"] = "decode"
             if total != source.total_frames_num:
@@ -120,11 +127,15 @@ def _decode(
                 )
         else:
             details["total_num_frames_source"] = "demux"
-            collector = FrameCollector(len(wanted), header_size=size, max_pixels=max_pixels)
+            collector = FrameCollector(
+                len(wanted), header_size=size, max_pixels=max_pixels, scaling=scaling
+            )
             _decode_wanted(decoder, index, wanted, collector)
     if not len(collector):
         raise VideoUnreadableError("no frame could be decoded")
     frames = collector.frames()
+    if scaling is not None and size is not None:
+        details.update(source_width=size[0], source_height=size[1])
     details.update(
         width=int(frames.shape[2]),
         height=int(frames.shape[1]),
