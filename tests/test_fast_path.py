@@ -23,7 +23,7 @@ from PIL import Image
 
 from _image_samples import SKIMAGE_DATA
 from _processor_fixtures import IMAGE_PROMPT, VIDEO_PROMPT, video_bytes
-from mediaref.media.executor import shutdown_media_executor
+from mediaref.media.executor import MEDIA_POOL_THREAD_PREFIX, shutdown_media_executor
 from mediaref.models import _qwen2_vl_fused as fused
 from mediaref.models.builtin import builtin_model_path
 from mediaref.processing.context import ModelConfig
@@ -335,7 +335,7 @@ def test_called_from_a_pool_thread_the_items_run_inline(pool_size: int) -> None:
     images = [generated("RGB", 90 + i, 60) for i in range(pool_size + 2)]
     targets = [fused.image_target(image, settings) for image in images]
     pool = get_media_executor()
-    assert pool._thread_name_prefix == fused.MEDIA_POOL_THREAD_PREFIX
+    assert pool._thread_name_prefix == MEDIA_POOL_THREAD_PREFIX
 
     def nested() -> list[Any]:
         return fused.fused_rows(images, targets, settings, video=False, executor=pool)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from mediaref.media.executor import MEDIA_POOL_THREAD_PREFIX
 from mediaref.models import _qwen2_vl_fused as fused
 from mediaref.models.builtin import builtin_model_path
 
@@ -110,7 +111,7 @@ def test_from_a_media_pool_thread_a_video_is_not_cut() -> None:
     frames = clip(6)
     target = fused.video_target(frames, settings)
     assert target is not None
-    with ThreadPoolExecutor(1, thread_name_prefix=fused.MEDIA_POOL_THREAD_PREFIX) as media:
+    with ThreadPoolExecutor(1, thread_name_prefix=MEDIA_POOL_THREAD_PREFIX) as media:
 
         def nested() -> list[Any]:
             return fused.fused_rows(

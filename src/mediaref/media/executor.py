@@ -11,6 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mediaref import envs
 
+MEDIA_POOL_THREAD_PREFIX = "mediaref-media"
+"""The pool's thread names start so (:func:`on_media_pool_thread` reads them)."""
+
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 
@@ -25,9 +28,15 @@ def get_media_executor() -> ThreadPoolExecutor:
                 if workers < 1:
                     raise ValueError(f"VLLM_MEDIA_LOADING_THREAD_COUNT must be >= 1, got {workers}")
                 _executor = ThreadPoolExecutor(
-                    max_workers=workers, thread_name_prefix="mediaref-media"
+                    max_workers=workers, thread_name_prefix=MEDIA_POOL_THREAD_PREFIX
                 )
     return _executor
+
+
+def on_media_pool_thread() -> bool:
+    """Whether the caller runs on a media-pool thread: there, waiting for jobs queued on the
+    pool behind it could deadlock, so fan-out work runs inline instead."""
+    return threading.current_thread().name.startswith(MEDIA_POOL_THREAD_PREFIX)
 
 
 def shutdown_media_executor(wait: bool = True) -> None:
@@ -39,4 +48,9 @@ def shutdown_media_executor(wait: bool = True) -> None:
         executor.shutdown(wait=wait)
 
 
-__all__ = ["get_media_executor", "shutdown_media_executor"]
+__all__ = [
+    "MEDIA_POOL_THREAD_PREFIX",
+    "get_media_executor",
+    "on_media_pool_thread",
+    "shutdown_media_executor",
+]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
@@ -34,11 +33,11 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mediaref.media.executor import on_media_pool_thread
 from mediaref.models._patch_rows import patch_rows, resize_frames, rgb_pixels
 
 __all__ = [
     "DRAFT_SOURCE_SIZE",
-    "MEDIA_POOL_THREAD_PREFIX",
     "FusedVisionSettings",
     "fused_rows",
     "image_rows",
@@ -58,9 +57,6 @@ _BICUBIC = 3  # PIL's BICUBIC, which HF maps to torchvision's bicubic
 _MAX_ASPECT_RATIO = 200
 _Rows = tuple[torch.Tensor, tuple[int, int, int]]
 _T = TypeVar("_T")
-# The media pool's thread names (mediaref.media.executor names its threads so).
-MEDIA_POOL_THREAD_PREFIX = "mediaref-media"
-
 DRAFT_SOURCE_SIZE = "mediaref_draft_source_size"
 """``Image.info`` key of an image decoded at a reduced JPEG scale (the opt-in ``jpeg_draft``
 mode): its full ``(width, height)``, from which its target size is taken, so a drafted image
@@ -326,16 +322,14 @@ def fused_rows(
     work: Callable[[Any, tuple[int, int], FusedVisionSettings], _Rows] = (
         video_rows if video else image_rows
     )
-    # Inline on a media-pool thread: waiting there for jobs queued behind it could deadlock.
-    on_pool = threading.current_thread().name.startswith(MEDIA_POOL_THREAD_PREFIX)
-    if executor is None or on_pool:
+    if executor is None or on_media_pool_thread() or not items:
         return [work(item, target, settings) for item, target in zip(items, targets, strict=True)]
-    if len(items) < 2:
-        if video and items:
-            frames = items[0]
-            assert isinstance(frames, np.ndarray)
-            return [video_rows(frames, targets[0], settings, executor=executor, pieces=pieces)]
-        return [work(item, target, settings) for item, target in zip(items, targets, strict=True)]
+    if len(items) == 1:
+        if not video:
+            return [work(items[0], targets[0], settings)]
+        frames = items[0]
+        assert isinstance(frames, np.ndarray)
+        return [video_rows(frames, targets[0], settings, executor=executor, pieces=pieces)]
     return _drain(
         [
             executor.submit(work, item, target, settings)

@@ -105,22 +105,14 @@ def call_with_fused_path(
         settings = _settings_for(modality, hf_processor, merged_kwargs, dtype)
         check = video_target if modality.video else image_target
         targets = [check(item, settings) if settings else None for item in items]
-        taken = [(i, target) for i, target in enumerate(targets) if target is not None]
+        taken = [i for i, target in enumerate(targets) if target is not None]
         rest = [i for i, target in enumerate(targets) if target is None]
         if rest:
             hf_rest[modality.data_key] = [items[i] for i in rest]
             hf_positions[modality.data_key] = rest
         if taken and settings is not None:
-            positions = [i for i, _ in taken]
-            jobs.append(
-                (
-                    modality,
-                    positions,
-                    [items[i] for i in positions],
-                    [t for _, t in taken],
-                    settings,
-                )
-            )
+            fused_targets = [target for target in targets if target is not None]
+            jobs.append((modality, taken, [items[i] for i in taken], fused_targets, settings))
     if not jobs:
         return call_hf(hf_data)
     for modality, job_positions, job_items, job_targets, job_settings in jobs:

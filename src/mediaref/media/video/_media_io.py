@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Mapping
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -206,10 +206,8 @@ class VideoMediaIO(MediaIO[tuple[DecodedFrames, VideoMetadata]]):
         options = dict(self.kwargs)
         if self.fps is not None:  # otherwise the loader's own default rate applies
             options["fps"] = self.fps
-        with ExitStack() as scopes:
-            scopes.enter_context(self._budget_scope())
-            if self.frame_scaling is not None:
-                scopes.enter_context(frame_scaling_scope(self.frame_scaling))
+        # An exact decoder sets None too: a decode nested in a scaled one stays exact.
+        with self._budget_scope(), frame_scaling_scope(self.frame_scaling):
             video: tuple[DecodedFrames, VideoMetadata] = self.video_loader.load_bytes(
                 data, num_frames=self.num_frames, **options
             )
