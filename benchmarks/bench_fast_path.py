@@ -12,8 +12,10 @@ Parts, each side by side in one run (round-robin, medians):
    ("slow") image processor (images only: transformers has no PIL video processor). All run
    with rescale + normalize off (Qwen2-VL's device-normalize default: uint8 out); the fused
    output is checked bit-identical to hf-torchvision's before timing. One item at a time
-   (latency), then ``--batch`` images at once (throughput, images/s): the fused path fans items
-   out on the media pool; the HF paths decode on the same pool, then make one HF call.
+   (latency; as the processor runs a lone item, the fused path cuts its pixel work across the
+   cores on the media pool, while HF's runs on torch's ``--threads``), then ``--batch`` images
+   at once (throughput, images/s): the fused path fans items out on the media pool; the HF
+   paths decode on the same pool, then make one HF call.
 2. **A cold request**, fetch of a ``data:`` URL + processor miss (``apply`` with no cache), the
    built-in Qwen2-VL model: mediaref (fused on, its default) against vLLM 0.33.0 when it imports
    (run in the scratch venv of ``bench_processor_miss.py``'s docstring), and mediaref with the
@@ -103,18 +105,22 @@ def pixel_paths(media: dict[str, bytes], batch: int) -> dict[str, dict[str, Call
     jpeg, clip, frames = media["image"], media["video"], int(media["frames"])
     pool = get_media_executor()
 
-    def fused_image(data: bytes) -> torch.Tensor:
+    cores = len(os.sched_getaffinity(0))
+
+    def fused_image(data: bytes, pieces: int = 1) -> torch.Tensor:
         image = decode_image(data)
         target = fused.image_target(image, image_settings)
         assert target is not None
-        return fused.image_rows(image, target, image_settings)[0]
+        if pieces < 2:  # one of a batch, already on the pool
+            return fused.image_rows(image, target, image_settings)[0]
+        # As the processor runs a lone image: its resize and bands cut across cores on the pool.
+        return fused.image_rows(image, target, image_settings, executor=pool, pieces=pieces)[0]
 
     def fused_video() -> torch.Tensor:
         pixels = decode_clip(clip, frames)
         target = fused.video_target(pixels, video_settings)
         assert target is not None
         # As the processor runs it: the clip's frames cut into pieces, one a core, on the pool.
-        cores = len(os.sched_getaffinity(0))
         return fused.video_rows(pixels, target, video_settings, executor=pool, pieces=cores)[0]
 
     def hf_batch(processor: Any) -> Callable[[], Any]:
@@ -126,7 +132,7 @@ def pixel_paths(media: dict[str, bytes], batch: int) -> dict[str, dict[str, Call
 
     return {
         "image": {
-            "fused": lambda: fused_image(jpeg),
+            "fused": lambda: fused_image(jpeg, cores),
             "hf-torchvision": lambda: fast(images=[decode_image(jpeg)], return_tensors="pt", **RAW)[
                 "pixel_values"
             ],

@@ -64,11 +64,11 @@ def test_a_single_video_is_cut_on_the_executor(pool: ThreadPoolExecutor) -> None
     frames = clip(8)
     target = fused.video_target(frames, settings)
     assert target is not None
-    seen: set[str] = set()
+    seen: list[str] = []
     original = fused.resize_frames
 
     def recording(*args: Any, **kwargs: Any) -> torch.Tensor:
-        seen.add(threading.current_thread().name)
+        seen.append(threading.current_thread().name)
         return original(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -76,7 +76,10 @@ def test_a_single_video_is_cut_on_the_executor(pool: ThreadPoolExecutor) -> None
         [(rows, _)] = fused.fused_rows(
             [frames], [target], settings, video=True, executor=pool, pieces=4
         )
-    assert seen and all(name.startswith("test-pieces") for name in seen)
+    # The first piece on the caller's thread, the three others on the executor.
+    assert len(seen) == 4  # one call a piece: a piece of this clip is one group
+    assert seen.count(threading.current_thread().name) == 1
+    assert len([name for name in seen if name.startswith("test-pieces")]) == 3
     assert torch.equal(rows, fused.video_rows(frames, target, settings)[0])
 
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from mediaref.models._patch_rows import resize_frames, rgb_pixels
+from mediaref.models._patch_rows import resize_frames, rgb_pixels, to_planes
 from mediaref.models._rgbx_view import rgbx_view
 
 
@@ -69,11 +69,11 @@ def test_the_view_keeps_the_pixels_alive_after_the_image_goes() -> None:
     # Fresh images of the same size would reuse freed pixel memory, overwriting the values.
     others = [Image.new("RGB", (300, 200), (7, 7, 7)) for _ in range(8)]
     np.testing.assert_array_equal(view[..., :3], expected)
-    planes = resize_frames(view[None], 100, 150, channels=3)
+    planes = to_planes(resize_frames(view[None], 100, 150), 3)
     del view
     gc.collect()
     np.testing.assert_array_equal(
-        planes, resize_frames(expected[None], 100, 150)
+        planes, to_planes(resize_frames(expected[None], 100, 150))
     )  # the derived tensor is independent
     assert len(others) == 8
 
@@ -110,8 +110,8 @@ def test_a_fourth_channel_never_changes_the_other_three(
     rgb = rng.integers(0, 256, (1, height, width, 3), dtype=np.uint8)
     # Random padding, not Pillow's constant: the three channels must not depend on it at all.
     rgbx = np.concatenate([rgb, rng.integers(0, 256, (1, height, width, 1), dtype=np.uint8)], -1)
-    three = resize_frames(rgb, target_height, target_width)
-    four = resize_frames(rgbx, target_height, target_width, channels=3)
+    three = to_planes(resize_frames(rgb, target_height, target_width))
+    four = to_planes(resize_frames(rgbx, target_height, target_width), 3)
     assert four.shape == three.shape == (1, 3, target_height, target_width)
     assert torch.equal(four, three)
     assert all(four[0, c].is_contiguous() for c in range(3))
@@ -121,6 +121,6 @@ def test_at_its_target_size_the_padding_plane_is_dropped_without_a_resize() -> N
     image = noise_image(56, 28, seed=4)
     view = rgbx_view(image)
     assert view is not None
-    planes = resize_frames(view[None], 28, 56, channels=3)
+    planes = to_planes(resize_frames(view[None], 28, 56), 3)
     assert planes.shape == (1, 3, 28, 56) and planes.is_contiguous()
     assert torch.equal(planes, torch.from_numpy(np.asarray(image)).permute(2, 0, 1)[None])

@@ -17,12 +17,14 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from _image_samples import encode, gradient_rgb, png_bomb
 from _memory import PixelWork, traced_peak
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
-from mediaref.media.image import ImageMediaIO
+from mediaref.media.image import ImageMediaIO, _containers
 from mediaref.media.image._header import ACCEPTED_FORMATS, MAX_JPEG_SCANS
 
 MiB = 1024 * 1024
@@ -277,6 +279,22 @@ def test_an_ordinary_progressive_jpeg_decodes() -> None:
     assert ImageMediaIO().load_bytes_ref(data).decode().size == (64, 48)
     repeated = progressive_jpeg_with_repeated_scan(20)  # a bogus but bounded progression
     assert ImageMediaIO().load_bytes_ref(repeated).decode().size == (256, 256)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.binary(max_size=64).map(lambda raw: raw.replace(b"\x00", b"\xff")),
+    window=st.integers(1, 9),
+    offset=st.integers(0, 70),
+)
+def test_scans_are_counted_across_every_window_boundary(
+    data: bytes, window: int, offset: int
+) -> None:
+    # Planted markers (0xFF from the zero bytes) land on and across small windows' edges.
+    payload = data.replace(b"\x01", b"\xda")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_containers, "_SCAN_WINDOW", window)
+        assert _containers.jpeg_scan_count(payload, offset) == payload.count(b"\xff\xda", offset)
 
 
 def test_the_scan_limit_also_applies_when_pillow_parses_the_markers(

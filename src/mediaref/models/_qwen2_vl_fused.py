@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,7 +34,8 @@ import torch
 from PIL import Image
 
 from mediaref.media.executor import on_media_pool_thread
-from mediaref.models._patch_rows import patch_rows, resize_frames, rgb_pixels
+from mediaref.models import _scratch_buffers as scratch_buffers
+from mediaref.models._patch_rows import patch_rows, resize_frames, rgb_pixels, to_planes
 
 __all__ = [
     "DRAFT_SOURCE_SIZE",
@@ -57,6 +58,8 @@ _BICUBIC = 3  # PIL's BICUBIC, which HF maps to torchvision's bicubic
 _MAX_ASPECT_RATIO = 200
 _Rows = tuple[torch.Tensor, tuple[int, int, int]]
 _T = TypeVar("_T")
+_BAND_BYTES = 1 << 20
+"""Planes per band of an image's pixel work: small enough to be read back from cache."""
 DRAFT_SOURCE_SIZE = "mediaref_draft_source_size"
 """``Image.info`` key of an image decoded at a reduced JPEG scale (the opt-in ``jpeg_draft``
 mode): its full ``(width, height)``, from which its target size is taken, so a drafted image
@@ -248,12 +251,54 @@ def _finish(
 
 
 def image_rows(
-    image: Image.Image, target: tuple[int, int], settings: FusedVisionSettings
+    image: Image.Image,
+    target: tuple[int, int],
+    settings: FusedVisionSettings,
+    *,
+    executor: Executor | None = None,
+    pieces: int = 1,
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """One image's patch rows and ``(t, h, w)`` grid."""
-    # Possibly Pillow's RGBX storage in place: its padding plane is dropped after the resize.
-    pixels = rgb_pixels(image)
-    return _finish(resize_frames(pixels[None], *target, channels=3), settings)
+    """One image's patch rows and ``(t, h, w)`` grid.
+
+    The resized image is turned into planes and patch rows in bands of whole merged-patch rows
+    (about :data:`_BAND_BYTES` of planes each, so a band's planes are still in cache when its
+    rows are written: 1080p 3.8 vs 6.3 ms on one core). With an ``executor`` and ``pieces`` >
+    1, the resize's horizontal pass is cut in two (:func:`resize_frames`) and the bands are
+    shared out in up to ``pieces`` runs on the executor, each writing straight into its slice
+    of the rows. A band's rows depend on its pixels alone, so the bytes are the same whatever
+    the cut. The same rule as :func:`video_rows` about the executor.
+    """
+    # Possibly Pillow's RGBX storage in place: its padding plane is dropped in the planes.
+    pixels = rgb_pixels(image)[None]
+    with scratch_buffers.lease(math.prod((*target, pixels.shape[-1]))) as buffer:
+        into = scratch_buffers.channels_last(buffer, (1, pixels.shape[-1], *target))
+        parallel = executor is not None and pieces > 1
+        resized = resize_frames(pixels, *target, executor=executor if parallel else None, into=into)
+        return _image_rows(resized, settings, executor, pieces)
+
+
+def _image_rows(
+    resized: torch.Tensor, settings: FusedVisionSettings, executor: Executor | None, pieces: int
+) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    target = (int(resized.shape[2]), int(resized.shape[3]))
+    grid = _grid(1, *target, settings)
+    band = settings.merge_size * settings.patch_size  # pixel rows of one merged-patch row
+    per_block = grid[2] * settings.merge_size  # patch rows of one merged-patch row
+    blocks = grid[1] // settings.merge_size
+    per_band = max(1, _BAND_BYTES // (3 * band * target[1]))
+    rows = np.empty((grid[1] * grid[2], _row_width(3, settings)), dtype=np.uint8)
+
+    def piece(first: int, stop: int) -> None:
+        for start, end in _runs(first, stop, per_band):
+            planes = to_planes(resized[:, :, start * band : end * band], 3)
+            _patch_rows(planes, settings, out=rows[start * per_block : end * per_block])
+
+    pieces = min(pieces, blocks)
+    if executor is None or pieces < 2:
+        piece(0, blocks)
+    else:
+        _run_pieces(executor, piece, blocks, pieces)
+    return _output(rows, settings), grid
 
 
 def video_rows(
@@ -276,20 +321,60 @@ def video_rows(
     count, _, _, channels = frames.shape
     height, width = target
     grid = _grid(count, height, width, settings)
-    pieces = min(pieces, grid[0])
-    if executor is None or pieces < 2:
-        return _finish(resize_frames(frames, height, width), settings)
     per_group = grid[1] * grid[2]
-    t_size, p_size = settings.temporal_patch_size, settings.patch_size
-    rows = np.empty((grid[0] * per_group, channels * t_size * p_size * p_size), dtype=np.uint8)
+    t_size = settings.temporal_patch_size
+    per_run = max(1, _BAND_BYTES // (t_size * height * width * channels))
+    rows = np.empty((grid[0] * per_group, _row_width(channels, settings)), dtype=np.uint8)
 
     def piece(first: int, stop: int) -> None:
-        planes = resize_frames(frames[first * t_size : stop * t_size], height, width)
-        _patch_rows(planes, settings, out=rows[first * per_group : stop * per_group])
+        # Group by group (or a few small ones), so a group's pixels are read back from cache.
+        for start, end in _runs(first, stop, per_run):
+            chunk = frames[start * t_size : end * t_size]
+            shape = (len(chunk), channels, height, width)
+            with scratch_buffers.lease(math.prod(shape)) as buffer:
+                into = scratch_buffers.channels_last(buffer, shape)
+                resized = resize_frames(chunk, height, width, into=into)
+                planes = to_planes(resized)
+            _patch_rows(planes, settings, out=rows[start * per_group : end * per_group])
 
-    bounds = [grid[0] * i // pieces for i in range(pieces + 1)]
-    _drain([executor.submit(piece, first, stop) for first, stop in itertools.pairwise(bounds)])
+    pieces = min(pieces, grid[0])
+    if executor is None or pieces < 2:
+        piece(0, grid[0])
+    else:
+        _run_pieces(executor, piece, grid[0], pieces)
     return _output(rows, settings), grid
+
+
+def _row_width(channels: int, settings: FusedVisionSettings) -> int:
+    return channels * settings.temporal_patch_size * settings.patch_size**2
+
+
+def _runs(first: int, stop: int, most: int) -> Iterator[tuple[int, int]]:
+    """``[first, stop)`` as near-equal consecutive runs of at most ``most``."""
+    count = -(-(stop - first) // most)
+    cuts = [first + (stop - first) * i // count for i in range(count + 1)]
+    return itertools.pairwise(cuts)
+
+
+def _run_pieces(
+    executor: Executor, piece: Callable[[int, int], None], units: int, pieces: int
+) -> None:
+    """``piece(first, stop)`` over ``units`` cut into ``pieces`` near-equal runs: the first on
+    the caller's thread (which would otherwise only wait, and a thread woken costs ~0.3 ms on a
+    small VM), the others on ``executor``. Returns when every run has finished; the first
+    error in run order is raised then."""
+    bounds = [units * i // pieces for i in range(pieces + 1)]
+    first, *others = itertools.pairwise(bounds)
+    futures: list[Future[None]] = []
+    here: Future[None] = Future()
+    try:
+        for run in others:
+            futures.append(executor.submit(piece, *run))
+        piece(*first)
+        here.set_result(None)
+    except BaseException as exc:  # drained with the others below, then raised in run order
+        here.set_exception(exc)
+    _drain([here, *futures])
 
 
 def _drain(futures: Sequence[Future[_T]]) -> list[_T]:
@@ -316,20 +401,15 @@ def fused_rows(
     executor: Executor | None,
     pieces: int = 1,
 ) -> list[_Rows]:
-    """Every item's rows, fanned out on ``executor`` (inline when None, for a single item, or
-    when called from a media-pool thread), returned in item order. A single video is cut into
-    up to ``pieces`` runs of frames on ``executor`` instead (:func:`video_rows`)."""
-    work: Callable[[Any, tuple[int, int], FusedVisionSettings], _Rows] = (
-        video_rows if video else image_rows
-    )
+    """Every item's rows, fanned out on ``executor`` (inline when None or when called from a
+    media-pool thread), returned in item order. A single item is cut into up to ``pieces`` on
+    ``executor`` instead: an image into bands of rows (:func:`image_rows`), a video into runs of
+    frames (:func:`video_rows`)."""
+    work: Callable[..., _Rows] = video_rows if video else image_rows
     if executor is None or on_media_pool_thread() or not items:
         return [work(item, target, settings) for item, target in zip(items, targets, strict=True)]
     if len(items) == 1:
-        if not video:
-            return [work(items[0], targets[0], settings)]
-        frames = items[0]
-        assert isinstance(frames, np.ndarray)
-        return [video_rows(frames, targets[0], settings, executor=executor, pieces=pieces)]
+        return [work(items[0], targets[0], settings, executor=executor, pieces=pieces)]
     return _drain(
         [
             executor.submit(work, item, target, settings)

@@ -57,8 +57,9 @@ def _settings_for(
 
 
 def _media_pool_cores() -> int:
-    """How many pieces a single video's frames are cut into: as many as the media pool has
-    threads and the process has cores (more would only queue)."""
+    """How many pieces a single item is cut into (an image's bands of rows, a video's runs of
+    frames): as many as the media pool has threads and the process has cores (more would only
+    queue)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
