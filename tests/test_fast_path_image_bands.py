@@ -141,20 +141,33 @@ def test_planes_of_a_band_of_rows() -> None:
     assert torch.equal(_patch_rows.to_planes(source[:, :, 7:19], 3), values[:, :3, 7:19])
 
 
-@pytest.mark.parametrize("kwargs", [pytest.param(RAW, id="uint8"), pytest.param({}, id="fp32")])
+OUTPUTS = [
+    pytest.param(RAW, None, id="uint8"),
+    pytest.param({}, None, id="fp32"),
+    pytest.param({}, torch.bfloat16, id="bf16"),  # normalized in fp32, then cast per band
+]
+
+
+@pytest.mark.parametrize(("kwargs", "dtype"), OUTPUTS)
 @pytest.mark.parametrize("size", [(90, 60), (333, 517), (1931, 1079), (29, 1000)])
-@pytest.mark.parametrize("pieces", [2, 3, 4, 64])
+@pytest.mark.parametrize("pieces", [1, 2, 3, 64])
 def test_any_cut_gives_hf_bytes(
-    pool: ThreadPoolExecutor, size: tuple[int, int], pieces: int, kwargs: dict[str, Any]
+    pool: ThreadPoolExecutor,
+    size: tuple[int, int],
+    pieces: int,
+    kwargs: dict[str, Any],
+    dtype: torch.dtype | None,
 ) -> None:
-    settings = fused.image_settings(image_processor(), kwargs)
+    settings = fused.image_settings(image_processor(), kwargs, dtype)
     assert settings is not None
     image = photo(*size, seed=size[0])
     target = fused.image_target(image, settings)
     assert target is not None
     rows, grid = fused.image_rows(image, target, settings, executor=pool, pieces=pieces)
     expected = image_processor()(images=[image], return_tensors="pt", **kwargs)
-    assert torch.equal(rows, expected["pixel_values"])
+    pixels = expected["pixel_values"]
+    assert rows.dtype == (dtype or pixels.dtype)
+    assert torch.equal(rows, pixels if dtype is None else pixels.to(dtype))
     assert [list(grid)] == expected["image_grid_thw"].tolist()
 
 
@@ -206,3 +219,30 @@ def test_a_failing_band_surfaces_after_every_band_finished(
     with pytest.raises(RuntimeError, match="first band fails"):
         fused.image_rows(image, target, settings, executor=pool, pieces=3)
     assert len(finished) == 2  # the two other bands ran to the end before the error surfaced
+
+
+@pytest.mark.parametrize("pieces", [1, 2])
+def test_the_smallest_bands_give_the_same_bytes(
+    pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch, pieces: int
+) -> None:
+    """One merged-patch row (an image) or one temporal group (a video) per band: the most
+    slices, each written and normalized on its own."""
+    from transformers import AutoVideoProcessor
+
+    settings = fused.image_settings(image_processor(), {}, torch.bfloat16)
+    video_processor = AutoVideoProcessor.from_pretrained(QWEN2_VL)
+    video_settings = fused.video_settings(video_processor, {"do_sample_frames": False})
+    assert settings is not None and video_settings is not None
+    image = photo(333, 517, seed=3)
+    frames = np.random.default_rng(4).integers(0, 256, (7, 61, 87, 3), dtype=np.uint8)
+    target = fused.image_target(image, settings)
+    video_target = fused.video_target(frames, video_settings)
+    assert target is not None and video_target is not None
+    whole = fused.image_rows(image, target, settings)[0]
+    whole_video = fused.video_rows(frames, video_target, video_settings)[0]
+    monkeypatch.setattr(fused, "_BAND_BYTES", 1)
+    sliced = fused.image_rows(image, target, settings, executor=pool, pieces=pieces)[0]
+    sliced_video = fused.video_rows(
+        frames, video_target, video_settings, executor=pool, pieces=pieces
+    )[0]
+    assert torch.equal(sliced, whole) and torch.equal(sliced_video, whole_video)

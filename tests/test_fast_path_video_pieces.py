@@ -40,21 +40,34 @@ def clip(count: int, height: int = 61, width: int = 87) -> np.ndarray:
     return np.random.default_rng(count).integers(0, 256, (count, height, width, 3), dtype=np.uint8)
 
 
-@pytest.mark.parametrize("kwargs", [pytest.param(RAW, id="uint8"), pytest.param({}, id="fp32")])
+@pytest.mark.parametrize(
+    ("kwargs", "dtype"),
+    [
+        pytest.param(RAW, None, id="uint8"),
+        pytest.param({}, None, id="fp32"),
+        pytest.param({}, torch.bfloat16, id="bf16"),  # normalized in fp32, cast per piece
+    ],
+)
 @pytest.mark.parametrize("count", [1, 2, 3, 5, 8, 9])
-@pytest.mark.parametrize("pieces", [2, 3, 7])
+@pytest.mark.parametrize("pieces", [1, 2, 3, 7])
 def test_any_cut_gives_hf_bytes(
-    pool: ThreadPoolExecutor, count: int, pieces: int, kwargs: dict[str, Any]
+    pool: ThreadPoolExecutor,
+    count: int,
+    pieces: int,
+    kwargs: dict[str, Any],
+    dtype: torch.dtype | None,
 ) -> None:
     call_kwargs = {**kwargs, "do_sample_frames": False}
-    settings = fused.video_settings(video_processor(), call_kwargs)
+    settings = fused.video_settings(video_processor(), call_kwargs, dtype)
     assert settings is not None
     frames = clip(count)
     target = fused.video_target(frames, settings)
     assert target is not None
     rows, grid = fused.video_rows(frames, target, settings, executor=pool, pieces=pieces)
     expected = video_processor()(videos=[frames], return_tensors="pt", **call_kwargs)
-    assert torch.equal(rows, expected["pixel_values_videos"])
+    pixels = expected["pixel_values_videos"]
+    assert rows.dtype == (dtype or pixels.dtype)
+    assert torch.equal(rows, pixels if dtype is None else pixels.to(dtype))
     assert [list(grid)] == expected["video_grid_thw"].tolist()
 
 

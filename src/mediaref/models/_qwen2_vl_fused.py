@@ -229,25 +229,39 @@ def _patch_rows(
     )
 
 
-def _output(rows_u8: np.ndarray, settings: FusedVisionSettings) -> torch.Tensor:
-    rows = torch.from_numpy(rows_u8)
-    if settings.mean is not None and settings.std is not None:
-        # Elementwise, so the same fp32 values as HF's normalize before its patchify.
-        channels = len(settings.mean)
-        mean = torch.tensor(settings.mean, dtype=torch.float32).view(1, channels, 1)
-        std = torch.tensor(settings.std, dtype=torch.float32).view(1, channels, 1)
-        normalized = rows.to(torch.float32).view(rows.shape[0], channels, -1)
-        rows = normalized.sub_(mean).div_(std).view(rows.shape[0], -1)
-        if settings.dtype is not None:
-            rows = rows.to(settings.dtype)
-    return rows
+class _RowsOut:
+    """One call's output rows, written slice by slice: patch rows in uint8 and, when the settings
+    normalize, each slice normalized as HF does as soon as it is written (by the thread that
+    wrote it, while its bytes are in cache), into the floating output."""
 
+    def __init__(self, count: int, channels: int, settings: FusedVisionSettings) -> None:
+        self._settings = settings
+        width = channels * settings.temporal_patch_size * settings.patch_size**2
+        self.raw = np.empty((count, width), dtype=np.uint8)
+        self._floating: torch.Tensor | None = None
+        if settings.mean is not None and settings.std is not None:
+            shape = (1, len(settings.mean), 1)
+            self._mean = torch.tensor(settings.mean, dtype=torch.float32).view(shape)
+            self._std = torch.tensor(settings.std, dtype=torch.float32).view(shape)
+            self._floating = torch.empty((count, width), dtype=settings.dtype or torch.float32)
 
-def _finish(
-    planes: torch.Tensor, settings: FusedVisionSettings
-) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    frames, _, height, width = planes.shape
-    return _output(_patch_rows(planes, settings), settings), _grid(frames, height, width, settings)
+    def write(self, planes: torch.Tensor, first: int, stop: int) -> None:
+        """Rows ``[first, stop)`` from ``planes`` (their frames or band of rows)."""
+        chunk = _patch_rows(planes, self._settings, out=self.raw[first:stop])
+        if self._floating is None:
+            return
+        # Elementwise, so the same fp32 values as HF's normalize before its patchify; the cast
+        # to the model dtype rounds each value as a cast of the whole would.
+        channels = self._mean.shape[1]
+        values = torch.from_numpy(chunk).view(stop - first, channels, -1)
+        target = self._floating[first:stop].view(stop - first, channels, -1)
+        if target.dtype == torch.float32:
+            torch.sub(values, self._mean, out=target).div_(self._std)
+        else:
+            target.copy_(torch.sub(values, self._mean).div_(self._std))
+
+    def result(self) -> torch.Tensor:
+        return self._floating if self._floating is not None else torch.from_numpy(self.raw)
 
 
 def image_rows(
@@ -286,19 +300,19 @@ def _image_rows(
     per_block = grid[2] * settings.merge_size  # patch rows of one merged-patch row
     blocks = grid[1] // settings.merge_size
     per_band = max(1, _BAND_BYTES // (3 * band * target[1]))
-    rows = np.empty((grid[1] * grid[2], _row_width(3, settings)), dtype=np.uint8)
+    rows = _RowsOut(grid[1] * grid[2], 3, settings)
 
     def piece(first: int, stop: int) -> None:
         for start, end in _runs(first, stop, per_band):
             planes = to_planes(resized[:, :, start * band : end * band], 3)
-            _patch_rows(planes, settings, out=rows[start * per_block : end * per_block])
+            rows.write(planes, start * per_block, end * per_block)
 
     pieces = min(pieces, blocks)
     if executor is None or pieces < 2:
         piece(0, blocks)
     else:
         _run_pieces(executor, piece, blocks, pieces)
-    return _output(rows, settings), grid
+    return rows.result(), grid
 
 
 def video_rows(
@@ -324,7 +338,7 @@ def video_rows(
     per_group = grid[1] * grid[2]
     t_size = settings.temporal_patch_size
     per_run = max(1, _BAND_BYTES // (t_size * height * width * channels))
-    rows = np.empty((grid[0] * per_group, _row_width(channels, settings)), dtype=np.uint8)
+    rows = _RowsOut(grid[0] * per_group, channels, settings)
 
     def piece(first: int, stop: int) -> None:
         # Group by group (or a few small ones), so a group's pixels are read back from cache.
@@ -335,18 +349,14 @@ def video_rows(
                 into = scratch_buffers.channels_last(buffer, shape)
                 resized = resize_frames(chunk, height, width, into=into)
                 planes = to_planes(resized)
-            _patch_rows(planes, settings, out=rows[start * per_group : end * per_group])
+            rows.write(planes, start * per_group, end * per_group)
 
     pieces = min(pieces, grid[0])
     if executor is None or pieces < 2:
         piece(0, grid[0])
     else:
         _run_pieces(executor, piece, grid[0], pieces)
-    return _output(rows, settings), grid
-
-
-def _row_width(channels: int, settings: FusedVisionSettings) -> int:
-    return channels * settings.temporal_patch_size * settings.patch_size**2
+    return rows.result(), grid
 
 
 def _runs(first: int, stop: int, most: int) -> Iterator[tuple[int, int]]:
