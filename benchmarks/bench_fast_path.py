@@ -449,6 +449,17 @@ def draw_chart(
         mine.append(medians["mediaref"])
         torchvision.append(medians.get("vllm", 0.0))
         other.append(0.0)
+    series = {
+        "mediaref (fused, exact)": mine,
+        f"HF torchvision / vLLM {vllm_version or '(absent)'}": torchvision,
+        "HF PIL": other,
+    }
+    # A bar with nothing behind it (no PIL video processor; the PIL path is not a request)
+    # says so rather than "0".
+    bar_labels = {
+        name: [_charts.format_seconds(v) if v > 0 else "n/a" for v in values]
+        for name, values in series.items()
+    }
     _charts.grouped_bars(
         path,
         title="Qwen2-VL's fused exact path: bytes -> pixel_values, and a cold request",
@@ -456,11 +467,8 @@ def draw_chart(
             "ratio: the second bar over mediaref's (HF torchvision; vLLM for a cold request)"
         ),
         groups=groups,
-        series={
-            "mediaref (fused, exact)": mine,
-            f"HF torchvision / vLLM {vllm_version or '(absent)'}": torchvision,
-            "HF PIL": other,
-        },
+        series=series,
+        bar_labels=bar_labels,
         ylabel="median time",
         seconds=True,
         footnote=_charts.machine_note(),
