@@ -246,3 +246,22 @@ def test_the_smallest_bands_give_the_same_bytes(
         frames, video_target, video_settings, executor=pool, pieces=pieces
     )[0]
     assert torch.equal(sliced, whole) and torch.equal(sliced_video, whole_video)
+
+
+@pytest.mark.parametrize("pieces", [1, 2])
+def test_an_image_at_its_target_is_read_in_place_without_a_lease(
+    pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch, pieces: int
+) -> None:
+    settings = fused.image_settings(image_processor(), RAW)
+    assert settings is not None
+    image = photo(84, 56)
+    assert fused.image_target(image, settings) == (56, 84)
+
+    def no_lease(nbytes: int) -> None:
+        raise AssertionError("nothing to resize: no scratch buffer")
+
+    monkeypatch.setattr(fused.scratch_buffers, "lease", no_lease)
+    rows, grid = fused.image_rows(image, (56, 84), settings, executor=pool, pieces=pieces)
+    expected = image_processor()(images=[image], return_tensors="pt", **RAW)
+    assert torch.equal(rows, expected["pixel_values"])
+    assert [list(grid)] == expected["image_grid_thw"].tolist()

@@ -274,16 +274,19 @@ def image_rows(
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """One image's patch rows and ``(t, h, w)`` grid.
 
-    The resized image is turned into planes and patch rows in bands of whole merged-patch rows
-    (about :data:`_BAND_BYTES` of planes each, so a band's planes are still in cache when its
-    rows are written: 1080p 3.8 vs 6.3 ms on one core). With an ``executor`` and ``pieces`` >
-    1, the resize's horizontal pass is cut in two (:func:`resize_frames`) and the bands are
-    shared out in up to ``pieces`` runs on the executor, each writing straight into its slice
-    of the rows. A band's rows depend on its pixels alone, so the bytes are the same whatever
-    the cut. The same rule as :func:`video_rows` about the executor.
+    The image is resized into a leased buffer, then turned into planes and patch rows in bands
+    of whole merged-patch rows (about :data:`_BAND_BYTES` of planes each, so a band's planes are
+    still in cache when its rows are written: 1080p 3.8 vs 6.3 ms on one core). With an
+    ``executor`` and ``pieces`` > 1, the resize's horizontal pass is cut in two
+    (:func:`resize_frames`) and the bands are shared out in up to ``pieces`` runs, the first on
+    the caller's thread, each writing straight into its slice of the rows. A band's rows depend
+    on its pixels alone, so the bytes are the same whatever the cut. The same rule as
+    :func:`video_rows` about the executor.
     """
     # Possibly Pillow's RGBX storage in place: its padding plane is dropped in the planes.
     pixels = rgb_pixels(image)[None]
+    if pixels.shape[1:3] == target:  # nothing to resize: the pixels themselves are read
+        return _image_rows(resize_frames(pixels, *target), settings, executor, pieces)
     with scratch_buffers.lease(math.prod((*target, pixels.shape[-1]))) as buffer:
         into = scratch_buffers.channels_last(buffer, (1, pixels.shape[-1], *target))
         parallel = executor is not None and pieces > 1
@@ -325,12 +328,15 @@ def video_rows(
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """One video's patch rows and ``(t, h, w)`` grid: every frame resized once, at the target.
 
-    With an ``executor`` and ``pieces`` > 1, the frames are cut into up to ``pieces`` runs of
-    whole temporal groups, each resized and patched on the executor straight into its slice of
-    the rows (the resize and the copy release the GIL, so the pieces use as many cores). Frames
-    are resized independently and a group's rows depend on its frames alone, so the bytes are
-    the same whatever the cut; only the last piece can hold the padded group. Must not be called
-    with the executor from one of its own threads (the caller waits on the pieces).
+    Frames are resized, turned into planes and patched a temporal group at a time (a few, for
+    small frames: about :data:`_BAND_BYTES` each), the resize written into a leased buffer, so a
+    group's pixels are read back from cache. With an ``executor`` and ``pieces`` > 1, the groups
+    are cut into up to ``pieces`` runs, the first run on the caller's thread and the others on
+    the executor, each writing straight into its slice of the rows (the resize and the copies
+    release the GIL, so the runs use as many cores). Frames are resized independently and a
+    group's rows depend on its frames alone, so the bytes are the same whatever the cut; only
+    the last run can hold the padded group. Must not be called with the executor from one of its
+    own threads (the caller waits on the runs).
     """
     count, _, _, channels = frames.shape
     height, width = target
@@ -370,9 +376,9 @@ def _run_pieces(
     executor: Executor, piece: Callable[[int, int], None], units: int, pieces: int
 ) -> None:
     """``piece(first, stop)`` over ``units`` cut into ``pieces`` near-equal runs: the first on
-    the caller's thread (which would otherwise only wait, and a thread woken costs ~0.3 ms on a
-    small VM), the others on ``executor``. Returns when every run has finished; the first
-    error in run order is raised then."""
+    the caller's thread (which would otherwise only wait: one core's worth of work fewer to
+    queue, one thread fewer to wake), the others on ``executor``. Returns when every run has
+    finished; the first error in run order is raised then."""
     bounds = [units * i // pieces for i in range(pieces + 1)]
     first, *others = itertools.pairwise(bounds)
     futures: list[Future[None]] = []
