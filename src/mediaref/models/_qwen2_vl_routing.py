@@ -1,9 +1,10 @@
 """Routing a Qwen2-VL processor call: the items the fused path takes, and HF for the rest.
 
-Every image and video is routed on its own (:mod:`mediaref.models._qwen2_vl_fused` says which
-can be fused, before any pixel work); the fused ones fan out on the media pool (a single video
-in pieces of frames, up to one a core), the others go to the HF processor in one call, and the
-outputs are put back together in item order, so the result reads as one HF call over all items.
+Every image and video is routed on its own (:mod:`mediaref.models._qwen2_vl_fused_settings`
+says which can be fused, before any pixel work); the fused ones fan out on the media pool (a
+single item cut into pieces, up to one a core: an image's bands of rows, a video's runs of
+frames), the others go to the HF processor in one call, and the outputs are put back together in
+item order, so the result reads as one HF call over all items.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import torch
 
 from mediaref import envs
 from mediaref.media.executor import get_media_executor
-from mediaref.models._qwen2_vl_fused import (
+from mediaref.models._qwen2_vl_fused import fused_rows
+from mediaref.models._qwen2_vl_fused_settings import (
     FusedVisionSettings,
-    fused_rows,
     image_settings,
     image_target,
     video_settings,

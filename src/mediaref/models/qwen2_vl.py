@@ -44,7 +44,7 @@ from mediaref.models._qwen2_vl_approx import (
     approx_modes,
     smart_resize_scaling,
 )
-from mediaref.models._qwen2_vl_fused import image_settings, video_settings
+from mediaref.models._qwen2_vl_fused_settings import image_settings, video_settings
 from mediaref.models._qwen2_vl_routing import call_with_fused_path
 from mediaref.parse import (
     DictEmbeddingItems,
