@@ -89,7 +89,7 @@ def test_an_image_at_its_target_size_is_not_resized_even_with_a_split() -> None:
     assert np.shares_memory(same.numpy(), pixels)
 
 
-@pytest.mark.parametrize("source", [(60, 90), (61, 84), (1, 84), (57, 90)])
+@pytest.mark.parametrize("source", [(60, 90), (61, 84), (1, 84), (57, 90), (56, 90)])
 @pytest.mark.parametrize("target", [(56, 84), (61, 84), (112, 28)])
 def test_the_split_resize_gives_the_one_call_bytes(
     source: tuple[int, int], target: tuple[int, int]

@@ -102,20 +102,26 @@ def resize_frames(
     if executor is None or in_width == width or in_height < 2:
         _resize_into(channels_last, into)
         return into
+    if in_height == height:  # the horizontal pass is the whole resize: its halves write it
+        _resize_halves(channels_last, into, executor)
+        return into
     across_shape = (count, channels, in_height, width)
     with scratch_buffers.lease(math.prod(across_shape)) as buffer:
         across = scratch_buffers.channels_last(buffer, across_shape)
-        half = in_height // 2
-        top = executor.submit(_resize_into, channels_last[:, :, :half], across[:, :, :half])
-        try:
-            _resize_into(channels_last[:, :, half:], across[:, :, half:])
-        finally:
-            top.result()  # never hand the buffer back while the other half writes into it
-        if in_height == height:
-            into.copy_(across)
-        else:
-            _resize_into(across, into)
+        _resize_halves(channels_last, across, executor)
+        _resize_into(across, into)
     return into
+
+
+def _resize_halves(channels_last: torch.Tensor, out: torch.Tensor, executor: Executor) -> None:
+    """:func:`_resize_into` for inputs and ``out`` of the same height, cut in two halves of rows:
+    the top one on ``executor``, the bottom one here."""
+    half = int(channels_last.shape[2]) // 2
+    top = executor.submit(_resize_into, channels_last[:, :, :half], out[:, :, :half])
+    try:
+        _resize_into(channels_last[:, :, half:], out[:, :, half:])
+    finally:
+        top.result()  # never return (and free ``out``) while the other half writes into it
 
 
 def _resize_into(channels_last: torch.Tensor, out: torch.Tensor) -> None:
