@@ -175,27 +175,24 @@ def patch_rows(
     patch_size: int,
     merge_size: int,
     temporal_patch_size: int,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """``(F, C, H, W)`` uint8 planes as Qwen2-VL's ``(rows, C * T * P * P)`` patch rows.
+    out: np.ndarray,
+) -> None:
+    """``(F, C, H, W)`` uint8 planes written into ``out`` as Qwen2-VL's ``(rows, C * T * P * P)``
+    patch rows.
 
     Frames are grouped ``temporal_patch_size`` at a time; a last short group repeats its last
     frame (HF pads a video so, and an image is one frame repeated ``T`` times). Rows run
     ``(t, h / merge, w / merge, merge_h, merge_w)``, each ``(C, T, P_h, P_w)``. ``out``: a
-    C-contiguous uint8 array of exactly that shape to write them into (a slice of a whole
-    video's rows, for frames processed in pieces), returned; None: a new one.
+    C-contiguous uint8 array of exactly that shape (a slice of a whole item's rows: its band of
+    rows or run of frames).
     """
     frames, channels, height, width = planes.shape
     t_size, p_size, m_size = temporal_patch_size, patch_size, merge_size
     grid_t = -(-frames // t_size)
     grid_h, grid_w = height // p_size, width // p_size
     shape = (grid_t * grid_h * grid_w, channels * t_size * p_size * p_size)
-    if out is None:
-        rows = np.empty(shape, dtype=np.uint8)
-    elif out.shape != shape or out.dtype != np.uint8 or not out.flags.c_contiguous:
+    if out.shape != shape or out.dtype != np.uint8 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous uint8 of shape {shape}, got {out.shape}")
-    else:
-        rows = out
     # One element per P-byte run: a patch row of one channel is contiguous in both layouts.
     run = np.dtype(f"V{p_size}")
     source = (
@@ -203,11 +200,11 @@ def patch_rows(
         .view(run)
         .reshape(frames, channels, grid_h // m_size, m_size, p_size, grid_w // m_size, m_size)
     )
-    target = rows.view(run).reshape(
+    target = out.view(run).reshape(
         grid_t, grid_h // m_size, grid_w // m_size, m_size, m_size, channels, t_size, p_size
     )
     # The same rows as whole (P x P) patches, to repeat a slot with long copies.
-    patches = torch.from_numpy(rows).view(grid_t, -1, channels, t_size, p_size * p_size)
+    patches = torch.from_numpy(out).view(grid_t, -1, channels, t_size, p_size * p_size)
     for group in range(grid_t):
         for slot in range(t_size):
             frame = group * t_size + slot
@@ -217,4 +214,3 @@ def patch_rows(
                 continue
             # (C, h/m, m_h, P_h, w/m, m_w) -> (h/m, w/m, m_h, m_w, C, P_h)
             target[group, :, :, :, :, :, slot] = source[frame].transpose(1, 4, 2, 5, 0, 3)
-    return rows

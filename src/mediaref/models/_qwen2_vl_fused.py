@@ -62,18 +62,6 @@ def _grid(
     )
 
 
-def _patch_rows(
-    planes: torch.Tensor, settings: FusedVisionSettings, out: np.ndarray | None = None
-) -> np.ndarray:
-    return patch_rows(
-        planes,
-        patch_size=settings.patch_size,
-        merge_size=settings.merge_size,
-        temporal_patch_size=settings.temporal_patch_size,
-        out=out,
-    )
-
-
 class _RowsOut:
     """One call's output rows, written slice by slice: patch rows in uint8 and, when the settings
     normalize, each slice normalized as HF does as soon as it is written (by the thread that
@@ -92,7 +80,14 @@ class _RowsOut:
 
     def write(self, planes: torch.Tensor, first: int, stop: int) -> None:
         """Rows ``[first, stop)`` from ``planes`` (their frames or band of rows)."""
-        chunk = _patch_rows(planes, self._settings, out=self.raw[first:stop])
+        settings, chunk = self._settings, self.raw[first:stop]
+        patch_rows(
+            planes,
+            patch_size=settings.patch_size,
+            merge_size=settings.merge_size,
+            temporal_patch_size=settings.temporal_patch_size,
+            out=chunk,
+        )
         if self._floating is None:
             return
         # Elementwise, so the same fp32 values as HF's normalize before its patchify; the cast

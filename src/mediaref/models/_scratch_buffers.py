@@ -70,6 +70,6 @@ def channels_last(buffer: torch.Tensor, shape: tuple[int, int, int, int]) -> tor
 
 
 def idle_bytes() -> int:
-    """Bytes the pool holds idle now (for tests and metrics)."""
+    """Bytes the pool holds idle now."""
     with _lock:
         return sum(buffer.numel() for buffer in _idle)
