@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import io
 import struct
+import sys
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from PIL import Image
 
 from _image_samples import encode, gradient_rgb, png_bomb
 from _memory import PixelWork, traced_peak
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
-from mediaref.media.image import ImageMediaIO, _containers
+from mediaref.media.image import ImageMediaIO
+from mediaref.media.image._containers import jpeg_scan_count
 from mediaref.media.image._header import ACCEPTED_FORMATS, MAX_JPEG_SCANS
 
 MiB = 1024 * 1024
@@ -281,20 +283,37 @@ def test_an_ordinary_progressive_jpeg_decodes() -> None:
     assert ImageMediaIO().load_bytes_ref(repeated).decode().size == (256, 256)
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    data=st.binary(max_size=64).map(lambda raw: raw.replace(b"\x00", b"\xff")),
-    window=st.integers(1, 9),
-    offset=st.integers(0, 70),
-)
-def test_scans_are_counted_across_every_window_boundary(
-    data: bytes, window: int, offset: int
-) -> None:
-    # Planted markers (0xFF from the zero bytes) land on and across small windows' edges.
-    payload = data.replace(b"\x01", b"\xda")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_containers, "_SCAN_WINDOW", window)
-        assert _containers.jpeg_scan_count(payload, offset) == payload.count(b"\xff\xda", offset)
+def test_the_scan_count_holds_the_gil_throughout() -> None:
+    # It runs on the decoding thread: a count that let go of the GIL would wait a switch
+    # interval to take it back whenever another thread runs Python. A thread counting in Python
+    # meanwhile shows which: it cannot advance while the count holds the GIL. With a long switch
+    # interval, taken up after a sleep (so no hand-over requested before is pending), nothing
+    # makes this thread hand the GIL over between the two readings but the count itself.
+    payload = b"\xff\xda\x00" * (1 << 20)
+    ticks = [0]
+    ticking, stop = threading.Event(), threading.Event()
+
+    def tick() -> None:
+        ticking.set()
+        while not stop.is_set():
+            ticks[0] += 1
+
+    thread = threading.Thread(target=tick)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.5)
+    thread.start()
+    try:
+        assert ticking.wait(10)
+        time.sleep(0.01)
+        before = ticks[0]
+        count = jpeg_scan_count(payload, 0)
+        after = ticks[0]
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert count == 1 << 20
+    assert after == before
 
 
 def test_the_scan_limit_also_applies_when_pillow_parses_the_markers(

@@ -9,6 +9,12 @@ from mediaref.image import BackgroundColor, convert_image_mode, exif_upright
 # Plugins that keep a decoder over their own copy of the whole payload (for seeking) which
 # closing the file does not release; an image of theirs is copied rather than handed out.
 _FORMATS_PINNING_PAYLOAD = frozenset({"WEBP", "AVIF"})
+# Pillow feeds a decoder 64 KiB of the payload at a time, and every feed takes the GIL again:
+# beside a busy Python thread (the renderer's worker, the event loop, a tokenizer) a feed waits
+# up to a switch interval (5 ms), so a 1080p JPEG took 33 ms instead of 6.5. In feeds this big,
+# most images decode in one, the GIL released throughout (10 ms beside the same thread), while
+# a feed's copy of the payload stays bounded.
+DECODE_FEED_BYTES = 4 << 20
 # Pillow keeps at most 4 bytes a pixel and a pointer per row.
 _BYTES_PER_PIXEL = 4
 _BYTES_PER_ROW = 8
@@ -34,6 +40,7 @@ def decode_first_frame(
     that frame (for GIF, APNG and animated WebP alike). A damaged EXIF block fails the decode
     (the caller maps it), rather than silently leaving the pixels the wrong way up.
     """
+    image.decodermaxblock = max(image.decodermaxblock, DECODE_FEED_BYTES)
     image.load()
     upright = exif_upright(image)
     converted = upright if mode is None else convert_image_mode(upright, mode, background)
@@ -42,4 +49,10 @@ def decode_first_frame(
     return converted
 
 
-__all__ = ["BackgroundColor", "convert_image_mode", "decode_first_frame", "decoded_image_bytes"]
+__all__ = [
+    "DECODE_FEED_BYTES",
+    "BackgroundColor",
+    "convert_image_mode",
+    "decode_first_frame",
+    "decoded_image_bytes",
+]

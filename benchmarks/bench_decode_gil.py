@@ -1,0 +1,132 @@
+"""A JPEG decode on a pool thread while another thread runs Python: what the GIL costs it.
+
+The media pool decodes while the rest of the process keeps running Python (the renderer's
+worker, the event loop, a tokenizer). A decode thread needs the GIL back after every piece of
+the payload Pillow feeds its decoder, and a thread running Python gives it up only every switch
+interval (5 ms). Pillow feeds 64 KiB at a time; mediaref feeds up to
+``DECODE_FEED_BYTES`` (4 MiB), most images in one. Measured here, in one process, on the
+same 1080p JPEG (scikit-image's astronaut, upscaled, q=90), each decode submitted to a
+one-thread pool and waited for, as the processor waits for a miss:
+
+* alone, and beside a thread running a pure-Python loop (the worst case of a busy neighbour);
+* mediaref's ``ImageMediaIO`` ref decode as it ships (the ref made beforehand, as at fetch
+  time), the same with Pillow's 64 KiB feeds, and vLLM 0.33.0's ``ImageMediaIO.load_bytes``
+  (its whole decode) when vLLM is importable.
+
+Run: ``python benchmarks/bench_decode_gil.py [--repeat N]``. Medians over N decodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import _bench_media as bm
+from mediaref.media.image import ImageMediaIO, _pixels
+
+PILLOW_FEED_BYTES = 64 << 10
+"""Pillow's own feed (``ImageFile.MAXBLOCK``)."""
+
+
+@contextmanager
+def busy_python_thread() -> Iterator[None]:
+    """A thread running Python bytecode (holding the GIL but for the forced switches)."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        total = 0
+        while not stop.is_set():
+            for i in range(1000):
+                total += i
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
+def feed_bytes(size: int) -> Iterator[None]:
+    shipped = _pixels.DECODE_FEED_BYTES
+    _pixels.DECODE_FEED_BYTES = size
+    try:
+        yield
+    finally:
+        _pixels.DECODE_FEED_BYTES = shipped
+
+
+def paths(data: bytes) -> dict[str, Callable[[], Callable[[], Any]]]:
+    """Per path, a maker of one decode call (a fresh ref each: a ref memoizes its decode; the
+    ref's fetch-time work, its key and header checks, is not the decode's)."""
+    mediaref_io = ImageMediaIO()
+
+    def mediaref() -> Callable[[], Any]:
+        return mediaref_io.load_bytes_ref(data).decode
+
+    def mediaref_pillow_feeds() -> Callable[[], Any]:
+        decode = mediaref()
+
+        def call() -> Any:
+            with feed_bytes(PILLOW_FEED_BYTES):
+                return decode()
+
+        return call
+
+    calls: dict[str, Callable[[], Callable[[], Any]]] = {
+        "mediaref": mediaref,
+        "mediaref, 64 KiB feeds": mediaref_pillow_feeds,
+    }
+    try:
+        from vllm.multimodal.media.image import (  # type: ignore[import-not-found]
+            ImageMediaIO as VllmImageMediaIO,
+        )
+    except ImportError:
+        return calls
+    vllm_io = VllmImageMediaIO()
+    calls["vllm 0.33.0"] = lambda: lambda: vllm_io.load_bytes(data)
+    return calls
+
+
+def median_on_pool(
+    pool: ThreadPoolExecutor, make_call: Callable[[], Callable[[], Any]], repeat: int
+) -> float:
+    samples = bm.Samples()
+    pool.submit(make_call()).result()  # warm-up
+    for _ in range(repeat):
+        call = make_call()
+        start = time.perf_counter()
+        pool.submit(call).result()
+        samples.add(time.perf_counter() - start)
+    return samples.median
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    data = bm.encode_image(bm.upscale(bm.load_photo("astronaut.png"), bm.FULL_HD), "JPEG")
+    print(
+        f"1080p JPEG, {bm.fmt_bytes(len(data))}; median of {args.repeat} decodes on a pool thread"
+    )
+    rows = []
+    with ThreadPoolExecutor(1) as pool:
+        for name, fn in paths(data).items():
+            alone = median_on_pool(pool, fn, args.repeat)
+            with busy_python_thread():
+                beside = median_on_pool(pool, fn, args.repeat)
+            rows.append(
+                [name, bm.fmt_seconds(alone), bm.fmt_seconds(beside), f"{beside / alone:.2f}x"]
+            )
+    bm.print_table(["decode", "alone", "beside busy Python", "slowdown"], rows)
+
+
+if __name__ == "__main__":
+    main()
