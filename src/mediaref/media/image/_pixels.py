@@ -11,9 +11,9 @@ from mediaref.image import BackgroundColor, convert_image_mode, exif_upright
 _FORMATS_PINNING_PAYLOAD = frozenset({"WEBP", "AVIF"})
 # Pillow feeds a decoder 64 KiB of the payload at a time, and every feed takes the GIL again:
 # beside a busy Python thread (the renderer's worker, the event loop, a tokenizer) a feed waits
-# up to a switch interval (5 ms), so a 1080p JPEG took 33 ms instead of 6.5. In feeds this big,
-# most images decode in one, the GIL released throughout (10 ms beside the same thread), while
-# a feed's copy of the payload stays bounded.
+# up to a switch interval (5 ms). In feeds this big most images decode in one, the GIL released
+# throughout, while a feed's copy of the payload stays bounded: a 1080p JPEG's whole decode
+# beside busy Python 39 -> 17.6 ms (benchmarks/bench_decode_gil.py).
 DECODE_FEED_BYTES = 4 << 20
 # Pillow keeps at most 4 bytes a pixel and a pointer per row.
 _BYTES_PER_PIXEL = 4
