@@ -1,17 +1,18 @@
-"""A JPEG decode on a pool thread while another thread runs Python: what the GIL costs it.
+"""An image decode on a pool thread while another thread runs Python: what the GIL costs it.
 
 The media pool decodes while the rest of the process keeps running Python (the renderer's
 worker, the event loop, a tokenizer). A decode thread needs the GIL back after every piece of
 the payload Pillow feeds its decoder, and a thread running Python gives it up only every switch
-interval (5 ms). Pillow feeds 64 KiB at a time; mediaref feeds up to
-``DECODE_FEED_BYTES`` (4 MiB), most images in one. Measured here, in one process, on the
-same 1080p JPEG (scikit-image's astronaut, upscaled, q=90), each decode submitted to a
-one-thread pool and waited for, as the processor waits for a miss:
+interval (5 ms). Pillow feeds 64 KiB at a time, and a PNG one IDAT chunk at a time (its encoder
+writes 64 KiB chunks); mediaref feeds up to ``DECODE_FEED_BYTES`` (4 MiB) and joins a PNG's
+chunks first (``png_with_one_idat``), most images in one feed. Measured here, in one process, on
+the same 1080p photo (scikit-image's astronaut, upscaled) as a JPEG (q=90) and as a PNG, each
+decode submitted to a one-thread pool and waited for, as the processor waits for a miss:
 
 * alone, and beside a thread running a pure-Python loop (the worst case of a busy neighbour);
 * mediaref's ``ImageMediaIO`` ref decode as it ships (the ref made beforehand, as at fetch
-  time), the same with Pillow's 64 KiB feeds, and vLLM 0.33.0's ``ImageMediaIO.load_bytes``
-  (its whole decode) when vLLM is importable.
+  time), the same with Pillow's feeds (64 KiB, a PNG's chunks as they are), and vLLM 0.33.0's
+  ``ImageMediaIO.load_bytes`` (its whole decode) when vLLM is importable.
 
 Run: ``python benchmarks/bench_decode_gil.py [--repeat N]``. Medians over N decodes.
 """
@@ -27,7 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import _bench_media as bm
-from mediaref.media.image import ImageMediaIO, _pixels
+from mediaref.media.image import ImageMediaIO, _header, _pixels
 
 PILLOW_FEED_BYTES = 64 << 10
 """Pillow's own feed (``ImageFile.MAXBLOCK``)."""
@@ -54,13 +55,15 @@ def busy_python_thread() -> Iterator[None]:
 
 
 @contextmanager
-def feed_bytes(size: int) -> Iterator[None]:
-    shipped = _pixels.DECODE_FEED_BYTES
-    _pixels.DECODE_FEED_BYTES = size
+def pillow_feeds() -> Iterator[None]:
+    """mediaref's decode with Pillow's own feeding: 64 KiB feeds, a PNG's chunks as they are."""
+    feed, merge = _pixels.DECODE_FEED_BYTES, _header.png_with_one_idat
+    _pixels.DECODE_FEED_BYTES = PILLOW_FEED_BYTES
+    _header.png_with_one_idat = lambda data: data
     try:
         yield
     finally:
-        _pixels.DECODE_FEED_BYTES = shipped
+        _pixels.DECODE_FEED_BYTES, _header.png_with_one_idat = feed, merge
 
 
 def paths(data: bytes) -> dict[str, Callable[[], Callable[[], Any]]]:
@@ -75,14 +78,14 @@ def paths(data: bytes) -> dict[str, Callable[[], Callable[[], Any]]]:
         decode = mediaref()
 
         def call() -> Any:
-            with feed_bytes(PILLOW_FEED_BYTES):
+            with pillow_feeds():
                 return decode()
 
         return call
 
     calls: dict[str, Callable[[], Callable[[], Any]]] = {
         "mediaref": mediaref,
-        "mediaref, 64 KiB feeds": mediaref_pillow_feeds,
+        "mediaref, Pillow's feeds": mediaref_pillow_feeds,
     }
     try:
         from vllm.multimodal.media.image import (  # type: ignore[import-not-found]
@@ -112,20 +115,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
-    data = bm.encode_image(bm.upscale(bm.load_photo("astronaut.png"), bm.FULL_HD), "JPEG")
-    print(
-        f"1080p JPEG, {bm.fmt_bytes(len(data))}; median of {args.repeat} decodes on a pool thread"
-    )
+    photo = bm.upscale(bm.load_photo("astronaut.png"), bm.FULL_HD)
+    print(f"1080p photo; median of {args.repeat} decodes on a pool thread")
     rows = []
     with ThreadPoolExecutor(1) as pool:
-        for name, fn in paths(data).items():
-            alone = median_on_pool(pool, fn, args.repeat)
-            with busy_python_thread():
-                beside = median_on_pool(pool, fn, args.repeat)
-            rows.append(
-                [name, bm.fmt_seconds(alone), bm.fmt_seconds(beside), f"{beside / alone:.2f}x"]
-            )
-    bm.print_table(["decode", "alone", "beside busy Python", "slowdown"], rows)
+        for image_format in ("JPEG", "PNG"):
+            data = bm.encode_image(photo, image_format)
+            image = f"{image_format}, {bm.fmt_bytes(len(data))}"
+            for name, fn in paths(data).items():
+                alone = median_on_pool(pool, fn, args.repeat)
+                with busy_python_thread():
+                    beside = median_on_pool(pool, fn, args.repeat)
+                rows.append(
+                    [
+                        image,
+                        name,
+                        bm.fmt_seconds(alone),
+                        bm.fmt_seconds(beside),
+                        f"{beside / alone:.2f}x",
+                    ]
+                )
+    bm.print_table(["image", "decode", "alone", "beside busy Python", "slowdown"], rows)
 
 
 if __name__ == "__main__":

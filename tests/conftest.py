@@ -12,6 +12,7 @@ before their first transformers import, which must stay the first one in the pro
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,32 @@ def media_server() -> Iterator[MediaServer]:
 def pixel_work(monkeypatch: pytest.MonkeyPatch) -> PixelWork:
     """Counts Pillow's rasterizing (loads, image cores) from here to the end of the test."""
     return PixelWork(monkeypatch)
+
+
+@pytest.fixture
+def decoder_feeds(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """The size of every feed Pillow hands a decoder, in order, by decoder name ("jpeg", "zip")."""
+    from PIL import Image
+
+    feeds: dict[str, list[int]] = collections.defaultdict(list)
+    real_getdecoder = Image._getdecoder
+
+    class CountingDecoder:
+        def __init__(self, decoder: object, name: str) -> None:
+            self._decoder, self._name = decoder, name
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._decoder, name)
+
+        def decode(self, data: bytes) -> tuple[int, int]:
+            feeds[self._name].append(len(data))
+            return self._decoder.decode(data)  # type: ignore[attr-defined, no-any-return]
+
+    def getdecoder(mode: str, name: str, args: object, extra: tuple[object, ...] = ()) -> object:
+        return CountingDecoder(real_getdecoder(mode, name, args, extra), name)
+
+    monkeypatch.setattr(Image, "_getdecoder", getdecoder)
+    return feeds
 
 
 @pytest.fixture

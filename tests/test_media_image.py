@@ -716,31 +716,6 @@ def test_png_pixel_cap_reads_ihdr(monkeypatch: pytest.MonkeyPatch) -> None:
 # -- feeding the decoder -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def jpeg_feeds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The size of every feed Pillow hands its JPEG decoder, in order."""
-    feeds: list[int] = []
-    real_getdecoder = Image._getdecoder
-
-    class CountingDecoder:
-        def __init__(self, decoder: object) -> None:
-            self._decoder = decoder
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(self._decoder, name)
-
-        def decode(self, data: bytes) -> tuple[int, int]:
-            feeds.append(len(data))
-            return self._decoder.decode(data)  # type: ignore[attr-defined, no-any-return]
-
-    def getdecoder(mode: str, name: str, args: object, extra: tuple[object, ...] = ()) -> object:
-        decoder = real_getdecoder(mode, name, args, extra)
-        return CountingDecoder(decoder) if name == "jpeg" else decoder
-
-    monkeypatch.setattr(Image, "_getdecoder", getdecoder)
-    return feeds
-
-
 def noisy_jpeg() -> bytes:
     """About 0.9 MB: Pillow alone would feed it in some 14 pieces of 64 KiB."""
     rng = np.random.default_rng(0)
@@ -749,23 +724,24 @@ def noisy_jpeg() -> bytes:
 
 
 def test_a_jpeg_is_fed_to_its_decoder_at_once_so_the_gil_is_taken_once(
-    jpeg_feeds: list[int],
+    decoder_feeds: dict[str, list[int]],
 ) -> None:
     data = noisy_jpeg()
     assert len(data) > 8 * 65536
     image = ImageMediaIO().load_bytes_ref(data).decode()
-    assert len(jpeg_feeds) == 1
+    assert decoder_feeds["jpeg"] == [len(data)]
     assert np.array_equal(pixels(image), pixels(Image.open(io.BytesIO(data)).convert("RGB")))
 
 
 def test_a_payload_past_the_feed_bound_is_fed_in_bounded_pieces(
-    jpeg_feeds: list[int], monkeypatch: pytest.MonkeyPatch
+    decoder_feeds: dict[str, list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mediaref.media.image import _pixels
 
     monkeypatch.setattr(_pixels, "DECODE_FEED_BYTES", 200_000)
     data = noisy_jpeg()
     image = ImageMediaIO().load_bytes_ref(data).decode()
+    jpeg_feeds = decoder_feeds["jpeg"]
     assert len(jpeg_feeds) >= len(data) // 200_000
     # A feed is one read plus what the decoder left of the last (a marker cut in two, at most).
     assert max(jpeg_feeds) < 200_000 + 65536

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import io
 import struct
-import sys
-import threading
-import time
 import warnings
 from collections.abc import Iterator
 
@@ -22,6 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _gil import python_progress_during
 from _image_samples import encode, gradient_rgb, png_bomb
 from _memory import PixelWork, traced_peak
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
@@ -284,36 +282,11 @@ def test_an_ordinary_progressive_jpeg_decodes() -> None:
 
 
 def test_the_scan_count_holds_the_gil_throughout() -> None:
-    # It runs on the decoding thread: a count that let go of the GIL would wait a switch
-    # interval to take it back whenever another thread runs Python. A thread counting in Python
-    # meanwhile shows which: it cannot advance while the count holds the GIL. With a long switch
-    # interval, taken up after a sleep (so no hand-over requested before is pending), nothing
-    # makes this thread hand the GIL over between the two readings but the count itself.
+    # It runs on the decoding thread, where letting go of the GIL costs a switch interval.
     payload = b"\xff\xda\x00" * (1 << 20)
-    ticks = [0]
-    ticking, stop = threading.Event(), threading.Event()
-
-    def tick() -> None:
-        ticking.set()
-        while not stop.is_set():
-            ticks[0] += 1
-
-    thread = threading.Thread(target=tick)
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(0.5)
-    thread.start()
-    try:
-        assert ticking.wait(10)
-        time.sleep(0.01)
-        before = ticks[0]
-        count = jpeg_scan_count(payload, 0)
-        after = ticks[0]
-    finally:
-        stop.set()
-        thread.join()
-        sys.setswitchinterval(interval)
+    count, python_steps = python_progress_during(lambda: jpeg_scan_count(payload, 0))
     assert count == 1 << 20
-    assert after == before
+    assert python_steps == 0
 
 
 def test_the_scan_limit_also_applies_when_pillow_parses_the_markers(

@@ -152,7 +152,7 @@ class ImageMediaIO(MediaIO[Image.Image]):
             check_pixel_limit(canvas)
             self._charge(canvas)
         try:
-            header = open_image_header(data)
+            header = open_image_header(data, for_decode=True)
         except MediaRefError:
             raise  # a cap or a refusal, already the client's error
         except PAYLOAD_ERRORS as exc:

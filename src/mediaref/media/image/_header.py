@@ -47,6 +47,7 @@ from mediaref.media.image._containers import (
     ContainerHeader,
     header_segments,
     jpeg_scan_count,
+    png_with_one_idat,
     png_without_compressed_text,
     webp_canvas_size,
 )
@@ -95,10 +96,12 @@ class ImageHeader:
         self.source.close()
 
 
-def open_image_header(data: bytes) -> ImageHeader:
+def open_image_header(data: bytes, *, for_decode: bool = False) -> ImageHeader:
     """Identify ``data`` among :data:`ACCEPTED_FORMATS`, parse its header, apply the caps.
 
-    Reads no pixels. Raises :class:`MediaTooLargeError` over a cap,
+    Reads no pixels. ``for_decode``: the pixels will be loaded next, so a PNG's image data is
+    first joined into one chunk (``png_with_one_idat``: one decoder feed, not one a chunk),
+    a copy a header-only read has no use for. Raises :class:`MediaTooLargeError` over a cap,
     :class:`VLLMUnprocessableEntityError` for a refused format or too many JPEG scans, and
     whatever the plugins raise for a header they cannot read.
     """
@@ -106,7 +109,8 @@ def open_image_header(data: bytes) -> ImageHeader:
     if webp_size is not None:
         check_pixel_limit(webp_size)
     check_header_segments(data)
-    source = io.BytesIO(png_without_compressed_text(data))
+    readable = png_without_compressed_text(data)
+    source = io.BytesIO(png_with_one_idat(readable) if for_decode else readable)
     try:
         image = _identify(source, len(data))
         check_pixel_limit(image.size)
