@@ -11,7 +11,9 @@ decode submitted to a one-thread pool and waited for, as the processor waits for
 
 * alone, and beside a thread running a pure-Python loop (the worst case of a busy neighbour);
 * mediaref's ``ImageMediaIO`` ref decode as it ships (the ref made beforehand, as at fetch
-  time), the same with Pillow's feeds (64 KiB, a PNG's chunks as they are), and vLLM 0.33.0's
+  time; an RGB JPEG decoded by one libjpeg-turbo call, ``media/image/_jpeg_turbo.py``), the
+  JPEG through Pillow's decoder instead (``MEDIAREF_TURBO_JPEG=0``), Pillow's decoder with
+  Pillow's feeds (64 KiB, a PNG's chunks as they are), and vLLM 0.33.0's
   ``ImageMediaIO.load_bytes`` (its whole decode) when vLLM is importable.
 
 Run: ``python benchmarks/bench_decode_gil.py [--repeat N]``. Medians over N decodes.
@@ -20,11 +22,12 @@ Run: ``python benchmarks/bench_decode_gil.py [--repeat N]``. Medians over N deco
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import _bench_media as bm
@@ -55,13 +58,29 @@ def busy_python_thread() -> Iterator[None]:
 
 
 @contextmanager
+def pillow_decoder() -> Iterator[None]:
+    """mediaref's decode with every JPEG left to Pillow's decoder (``MEDIAREF_TURBO_JPEG=0``)."""
+    previous = os.environ.get("MEDIAREF_TURBO_JPEG")
+    os.environ["MEDIAREF_TURBO_JPEG"] = "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["MEDIAREF_TURBO_JPEG"]
+        else:
+            os.environ["MEDIAREF_TURBO_JPEG"] = previous
+
+
+@contextmanager
 def pillow_feeds() -> Iterator[None]:
-    """mediaref's decode with Pillow's own feeding: 64 KiB feeds, a PNG's chunks as they are."""
+    """mediaref's decode through Pillow's decoder with Pillow's own feeding: 64 KiB feeds, a
+    PNG's chunks as they are."""
     feed, merge = _pixels.DECODE_FEED_BYTES, _header.png_with_one_idat
     _pixels.DECODE_FEED_BYTES = PILLOW_FEED_BYTES
     _header.png_with_one_idat = lambda data: data
     try:
-        yield
+        with pillow_decoder():
+            yield
     finally:
         _pixels.DECODE_FEED_BYTES, _header.png_with_one_idat = feed, merge
 
@@ -74,19 +93,19 @@ def paths(data: bytes) -> dict[str, Callable[[], Callable[[], Any]]]:
     def mediaref() -> Callable[[], Any]:
         return mediaref_io.load_bytes_ref(data).decode
 
-    def mediaref_pillow_feeds() -> Callable[[], Any]:
+    def within(setting: Callable[[], AbstractContextManager[None]]) -> Callable[[], Any]:
         decode = mediaref()
 
         def call() -> Any:
-            with pillow_feeds():
+            with setting():
                 return decode()
 
         return call
 
-    calls: dict[str, Callable[[], Callable[[], Any]]] = {
-        "mediaref": mediaref,
-        "mediaref, Pillow's feeds": mediaref_pillow_feeds,
-    }
+    calls: dict[str, Callable[[], Callable[[], Any]]] = {"mediaref": mediaref}
+    if data.startswith(b"\xff\xd8"):  # an RGB JPEG: its one-call decode against Pillow's
+        calls["mediaref, Pillow's decoder"] = lambda: within(pillow_decoder)
+    calls["mediaref, Pillow's decoder and feeds"] = lambda: within(pillow_feeds)
     try:
         from vllm.multimodal.media.image import (  # type: ignore[import-not-found]
             ImageMediaIO as VllmImageMediaIO,

@@ -1,15 +1,16 @@
 """Qwen2-VL's fused exact vision path against HF's processors, and a cold request against vLLM.
 
-    python benchmarks/bench_fast_path.py [--repeat 9] [--batch 8] [--threads 1] [--skip-cold]
-        [--approx] [--chart PATH]
+    python benchmarks/bench_fast_path.py [--repeat 9] [--cold-repeat 41] [--batch 8]
+        [--threads 1] [--skip-cold] [--approx] [--chart PATH]
 
 Parts, each side by side in one run (round-robin, medians):
 
 1. **Encoded bytes -> ``pixel_values``**, decode included on every side: a 1920x1080 JPEG (q90,
-   a scikit-image photo) and a 32-frame 854x480 H.264 clip. ``fused`` is mediaref's path (Pillow /
-   PyAV decode, then :mod:`mediaref.models._qwen2_vl_fused`); ``hf-torchvision`` is the same
-   decode then transformers' default Qwen2-VL processor (torchvision backend); ``hf-pil`` the PIL
-   ("slow") image processor (images only: transformers has no PIL video processor). All run
+   a scikit-image photo) and a 32-frame 854x480 H.264 clip. ``fused`` is mediaref's path (its
+   decoders: ``ImageMediaIO``, whose RGB JPEG decode is one libjpeg-turbo call, and PyAV; then
+   :mod:`mediaref.models._qwen2_vl_fused`); ``hf-torchvision`` is Pillow's decode (PyAV's for
+   the clip) then transformers' default Qwen2-VL processor (torchvision backend); ``hf-pil`` the
+   PIL ("slow") image processor (images only: transformers has no PIL video processor). All run
    with rescale + normalize off (Qwen2-VL's device-normalize default: uint8 out); the fused
    output is checked bit-identical to hf-torchvision's before timing. One item at a time
    (latency; as the processor runs a lone item, the fused path cuts its pixel work across the
@@ -18,8 +19,12 @@ Parts, each side by side in one run (round-robin, medians):
    paths decode on the same pool, then make one HF call.
 2. **A cold request**, fetch of a ``data:`` URL + processor miss (``apply`` with no cache), the
    built-in Qwen2-VL model: mediaref (fused on, its default) against vLLM 0.33.0 when it imports
-   (run in the scratch venv of ``bench_processor_miss.py``'s docstring), and mediaref with the
-   fused path off (``MEDIAREF_QWEN2_VL_FUSED=0``) for reference. Both libraries sample 32
+   (run in the scratch venv of ``bench_processor_miss.py``'s docstring), ``--cold-repeat``
+   rounds of one call each, the order flipped every round; the ratio is the median of the
+   rounds' own ratios (a round's two calls see the same machine, so the load of a shared host
+   cancels out of it), minor page faults per call beside. Then mediaref with the fused path off
+   (``MEDIAREF_QWEN2_VL_FUSED=0``), for reference, in rounds of its own: interleaved, its HF
+   call's freed temporaries would serve whichever call follows it. Both libraries sample 32
    frames uniformly (vLLM's default loader; its Qwen loader would sample 2 frames a second).
    vLLM decodes the clip with OpenCV, mediaref with PyAV: pixels may differ, shapes match.
 3. ``--approx``: the approximate modes against the exact path (wall time, the CPU-time ratio,
@@ -39,6 +44,8 @@ import gc
 import io
 import os
 import platform
+import resource
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -82,9 +89,16 @@ def make_media(frames: int) -> dict[str, bytes]:
 
 
 def decode_image(data: bytes) -> Image.Image:
+    """The HF paths' decode: Pillow's, as a transformers user decodes."""
     image = Image.open(io.BytesIO(data))
     image.load()
     return image
+
+
+def mediaref_decode_image(data: bytes) -> Image.Image:
+    """The fused path's decode: mediaref's (the header caps, then an RGB JPEG's one-call
+    libjpeg-turbo decode into Pillow's storage), as a fetched image is decoded."""
+    return ImageMediaIO().load_bytes(data)
 
 
 def decode_clip(data: bytes, frames: int) -> Any:
@@ -108,7 +122,7 @@ def pixel_paths(media: dict[str, bytes], batch: int) -> dict[str, dict[str, Call
     cores = len(os.sched_getaffinity(0))
 
     def fused_image(data: bytes, pieces: int = 1) -> torch.Tensor:
-        image = decode_image(data)
+        image = mediaref_decode_image(data)
         target = fused.image_target(image, image_settings)
         assert target is not None
         if pieces < 2:  # one of a batch, already on the pool
@@ -349,9 +363,43 @@ def measure(
     return {name: s.median for name, s in samples.items()}
 
 
+class ColdRounds:
+    """Per-call seconds and minor page faults of paths measured round by round."""
+
+    def __init__(self, calls: dict[str, Callable[[], Any]], repeat: int) -> None:
+        self.seconds: dict[str, list[float]] = {name: [] for name in calls}
+        self.faults: dict[str, list[int]] = {name: [] for name in calls}
+        names = list(calls)
+        for round_index in range(repeat):
+            # Flipped every round: neither side always runs on the heap the other just left.
+            for name in names if round_index % 2 == 0 else names[::-1]:
+                faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                start = time.perf_counter()
+                calls[name]()
+                self.seconds[name].append(time.perf_counter() - start)
+                self.faults[name].append(
+                    resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+                )
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.seconds[name])
+
+    def median_faults(self, name: str) -> float:
+        return statistics.median(self.faults[name])
+
+    def ratio(self, name: str, base: str) -> tuple[float, float, float]:
+        """Median, first and third quartile of the rounds' own ``name / base`` ratios."""
+        ratios = [a / b for a, b in zip(self.seconds[name], self.seconds[base], strict=True)]
+        q1, median, q3 = statistics.quantiles(ratios, n=4)
+        return median, q1, q3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9, help="timed rounds (each path once)")
+    parser.add_argument(
+        "--cold-repeat", type=int, default=41, help="rounds of the cold requests (paired)"
+    )
     parser.add_argument("--batch", type=int, default=8, help="images per throughput call")
     parser.add_argument("--video-frames", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (set before import)")
@@ -397,17 +445,32 @@ def main() -> None:
             for name, out in outputs.items():
                 if name.startswith("mediaref"):
                     assert torch.equal(out, outputs["mediaref"]), (modality, name)
-            medians = measure(calls, args.repeat)
-            cold[modality] = medians
-            # vLLM decodes a clip with its own backend (OpenCV for Qwen2-VL) and sampling, so
-            # its pixels (and even its frame count) may differ: the shape is printed beside.
-            rows = [
-                [name, bm.fmt_seconds(m), f"{m / medians['mediaref']:.2f}x",
-                 "x".join(map(str, outputs[name].shape))]
-                for name, m in medians.items()
-            ]  # fmt: skip
-            print(f"\ncold request, {modality} (fetch a data: URL + processor miss)")
-            bm.print_table(["path", "time", "vs mediaref", "pixel_values"], rows)
+            fused_off = calls.pop("mediaref fused off")
+            rounds = ColdRounds(calls, args.cold_repeat)
+            reference = ColdRounds({"mediaref fused off": fused_off}, args.cold_repeat)
+            cold[modality] = {name: rounds.median(name) for name in calls}
+            rows = []
+            for measured in (rounds, reference):
+                for name in measured.seconds:
+                    ratio = "1.00x"
+                    if name == "vllm":
+                        median, q1, q3 = rounds.ratio("vllm", "mediaref")
+                        cold[modality]["vllm / mediaref"] = median
+                        ratio = f"{median:.2f}x ({q1:.2f}-{q3:.2f})"
+                    elif name != "mediaref":
+                        ratio = f"{measured.median(name) / rounds.median('mediaref'):.2f}x"
+                    # vLLM decodes a clip with its own backend (OpenCV for Qwen2-VL) and
+                    # sampling, so its pixels (even its frame count) may differ: shapes beside.
+                    rows.append(
+                        [name, bm.fmt_seconds(measured.median(name)), ratio,
+                         f"{measured.median_faults(name):.0f}",
+                         "x".join(map(str, outputs[name].shape))]
+                    )  # fmt: skip
+            print(
+                f"\ncold request, {modality} (fetch a data: URL + processor miss; "
+                f"{args.cold_repeat} rounds; vLLM's ratio: median and quartiles of the rounds')"
+            )
+            bm.print_table(["path", "time", "vs mediaref", "faults/call", "pixel_values"], rows)
     os.environ.pop("MEDIAREF_QWEN2_VL_FUSED", None)
     if args.approx:
         rows = [

@@ -43,6 +43,9 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     # Decoding: backends and pool
     "VLLM_VIDEO_LOADER_BACKEND": (str, "pyav"),
     "VLLM_MEDIA_LOADING_THREAD_COUNT": (int, 8),
+    # RGB JPEGs decoded by libjpeg-turbo in one call into Pillow's storage (the same pixels as
+    # Pillow's own decoder, ~30% sooner); off: Pillow decodes every JPEG
+    "MEDIAREF_TURBO_JPEG": (_bool, True),
     # Transport
     "VLLM_IMAGE_FETCH_TIMEOUT": (float, 5.0),
     "VLLM_VIDEO_FETCH_TIMEOUT": (float, 30.0),

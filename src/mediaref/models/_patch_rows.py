@@ -7,7 +7,7 @@ the same pixels, bit for bit, with fewer copies:
   else through ``Image.convert("RGB")``), the same Pillow calls, so every mode Pillow reads
   (L, LA, P, RGBA, CMYK, I;16, ...) converts as it does there. An RGB image is used as it is
   (the conversion would copy the same values), and its pixels are read in place, in Pillow's
-  own 4-byte RGBX storage (:func:`mediaref.models._rgbx_view.rgbx_view`), not repacked.
+  own 4-byte RGBX storage (:func:`mediaref.media.image.pillow_storage.rgbx_view`), not repacked.
 - :func:`resize_frames` runs the kernel torchvision's ``resize`` reaches for uint8 bicubic on
   the CPU (``interpolate(..., antialias=True)`` on uint8, integer arithmetic). It is fed the
   decoded ``(H, W, C)`` buffer as a channels-last view, which is the layout that kernel works
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mediaref.media.image.pillow_storage import rgbx_view
 from mediaref.models import _scratch_buffers as scratch_buffers
-from mediaref.models._rgbx_view import rgbx_view
 
 __all__ = ["patch_rows", "resize_frames", "rgb_pixels", "to_planes"]
 

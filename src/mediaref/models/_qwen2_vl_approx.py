@@ -115,14 +115,14 @@ class DraftingImageMediaIO(ImageMediaIO):
             return None
         return target_w, target_h
 
-    def _decode_header(self, header: Any, *, charged: bool) -> Image.Image:
+    def _decode_header(self, header: Any, data: bytes, *, charged: bool) -> Image.Image:
         stored = header.image.size
         target = self._draft_target(header.image)
         transposed = False
         if target is not None:
             transposed = header.image.getexif().get(_EXIF_ORIENTATION) in _TRANSPOSING
             header.image.draft(None, target)  # before the load; the budget charges what is left
-        decoded = super()._decode_header(header, charged=charged)
+        decoded = super()._decode_header(header, data, charged=charged)
         if target is not None and header.image.size != stored:
             decoded.info[DRAFT_SOURCE_SIZE] = stored[::-1] if transposed else stored
         return decoded

@@ -157,7 +157,7 @@ class ImageMediaIO(MediaIO[Image.Image]):
             raise  # a cap or a refusal, already the client's error
         except PAYLOAD_ERRORS as exc:
             raise _decode_failure(exc) from exc
-        return self._decode_header(header, charged=canvas is not None)
+        return self._decode_header(header, data, charged=canvas is not None)
 
     def load_bytes_ref(self, data: bytes) -> MediaRef[Image.Image]:
         """A ref keyed by a trusted EXIF ImageID when the header has one, else by the bytes.
@@ -218,11 +218,13 @@ class ImageMediaIO(MediaIO[Image.Image]):
         """Charge the raster of ``size`` to the budget before it exists (see decode_budget)."""
         charge_decoded_bytes(decoded_image_bytes(size), self.decoded_budget)
 
-    def _decode_header(self, header: ImageHeader, *, charged: bool) -> Image.Image:
+    def _decode_header(self, header: ImageHeader, data: bytes, *, charged: bool) -> Image.Image:
         try:
             if not charged:  # before the pixels exist: a refused decode has allocated nothing
                 self._charge(header.image.size)
-            return decode_first_frame(header.image, self.image_mode, self.rgba_background_color)
+            return decode_first_frame(
+                header.image, self.image_mode, self.rgba_background_color, data
+            )
         except MediaRefError:
             raise
         except Image.DecompressionBombError as exc:  # Pillow's own check, inside a plugin

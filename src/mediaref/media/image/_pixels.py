@@ -5,6 +5,7 @@ from __future__ import annotations
 from PIL import Image, ImageFile
 
 from mediaref.image import BackgroundColor, convert_image_mode, exif_upright
+from mediaref.media.image._jpeg_turbo import decode_rgb_jpeg
 
 # Plugins that keep a decoder over their own copy of the whole payload (for seeking) which
 # closing the file does not release; an image of theirs is copied rather than handed out.
@@ -32,17 +33,26 @@ def decoded_image_bytes(size: tuple[int, int]) -> int:
 
 
 def decode_first_frame(
-    image: ImageFile.ImageFile, mode: str | None, background: BackgroundColor
+    image: ImageFile.ImageFile,
+    mode: str | None,
+    background: BackgroundColor,
+    payload: bytes | None = None,
 ) -> Image.Image:
     """The first frame of ``image``, upright per its EXIF orientation, in ``mode`` (None: its own).
 
     A freshly opened image sits on its first frame, and loading without seeking decodes only
     that frame (for GIF, APNG and animated WebP alike). A damaged EXIF block fails the decode
     (the caller maps it), rather than silently leaving the pixels the wrong way up.
+    ``payload``: the bytes ``image`` was opened from, for an RGB JPEG's one-call decode
+    (:mod:`mediaref.media.image._jpeg_turbo`); without them, or where that path declines,
+    Pillow decodes.
     """
-    image.decodermaxblock = max(image.decodermaxblock, DECODE_FEED_BYTES)
-    image.load()
-    upright = exif_upright(image)
+    loaded = decode_rgb_jpeg(image, payload) if payload is not None else None
+    if loaded is None:
+        image.decodermaxblock = max(image.decodermaxblock, DECODE_FEED_BYTES)
+        image.load()
+        loaded = image
+    upright = exif_upright(loaded)
     converted = upright if mode is None else convert_image_mode(upright, mode, background)
     if converted is image and image.format in _FORMATS_PINNING_PAYLOAD:
         converted = image.copy()

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from mediaref.media.image.pillow_storage import rgbx_view
 from mediaref.models._patch_rows import resize_frames, rgb_pixels, to_planes
-from mediaref.models._rgbx_view import rgbx_view
 
 
 def noise_image(width: int, height: int, seed: int = 0, mode: str = "RGB") -> Image.Image:

@@ -11,7 +11,9 @@ Pillow's padding byte.
 The Arrow C data interface is a fixed ABI (the ``ArrowSchema`` / ``ArrowArray`` structs below),
 so it is read with ctypes. The array capsule holds a reference to Pillow's pixel memory until it
 is released; the view keeps the capsule, so the memory lives as long as the view (or any array
-derived from it) does, whatever becomes of the image. The view is read-only.
+derived from it) does, whatever becomes of the image. The view is read-only, except for the one
+writer that fills a new image before anyone else holds it (the JPEG decoder of
+:mod:`mediaref.media.image._jpeg_turbo`).
 """
 
 from __future__ import annotations
@@ -74,18 +76,23 @@ class _PinnedPixels:
 
     __slots__ = ("__array_interface__", "_capsule")
 
-    def __init__(self, capsule: object, address: int, height: int, width: int) -> None:
+    def __init__(
+        self, capsule: object, address: int, height: int, width: int, *, writable: bool
+    ) -> None:
         self._capsule = capsule
         self.__array_interface__ = {
             "version": 3,
             "shape": (height, width, _PIXEL_BYTES),
             "typestr": "|u1",
-            "data": (address, True),  # read-only
+            "data": (address, not writable),  # the flag is "read-only"
         }
 
 
-def rgbx_view(image: Image.Image) -> np.ndarray | None:
+def rgbx_view(image: Image.Image, *, writable: bool = False) -> np.ndarray | None:
     """``(H, W, 4)`` uint8 over ``image``'s own storage, RGB in the first three channels.
+
+    ``writable``: a view that writes into the image, only for filling a new image that no one
+    else holds yet (Pillow assumes nothing changes its pixels behind its back).
 
     None when there is no such view: an image not in mode RGB, one spread over several blocks
     (Pillow refuses to export it), a Pillow without Arrow export, or an export laid out otherwise
@@ -120,4 +127,6 @@ def rgbx_view(image: Image.Image) -> np.ndarray | None:
     ):
         return None
     address = int(values.buffers[1])
-    return np.asarray(_PinnedPixels(array_capsule, address, image.height, image.width))
+    return np.asarray(
+        _PinnedPixels(array_capsule, address, image.height, image.width, writable=writable)
+    )
