@@ -1,7 +1,7 @@
 """Qwen2-VL's fused exact vision path against HF's processors, and a cold request against vLLM.
 
     python benchmarks/bench_fast_path.py [--repeat 9] [--cold-repeat 41] [--batch 8]
-        [--threads 1] [--skip-cold] [--approx] [--chart PATH]
+        [--threads 1] [--pin-malloc] [--skip-cold] [--approx] [--chart PATH]
 
 Parts, each side by side in one run (round-robin, medians):
 
@@ -34,12 +34,20 @@ Parts, each side by side in one run (round-robin, medians):
    :mod:`mediaref.media.video._frame_scaling`), each from the encoded bytes.
 
 ``--threads`` sets torch's (and OMP's) thread count for everything, before torch loads.
+``--pin-malloc`` fixes glibc's mmap and trim thresholds (64 / 256 MiB) before anything runs. By
+default glibc moves its mmap threshold up to the largest block freed so far, so whether a
+library's large temporaries come from reused heap memory or from fresh pages (each page faulted
+in, ~3 us here) depends on what the process did before: vLLM's side of a cold 1080p request
+took 27 ms in some processes and 39-49 ms in others (6,000-7,300 faults a call), the same code.
+Pinned, neither side faults fresh pages: the steadiest state, and the best case for vLLM.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import ctypes
+import ctypes.util
 import gc
 import io
 import os
@@ -347,6 +355,14 @@ def approx_report(media: dict[str, bytes], repeat: int) -> dict[str, dict[str, f
     return report
 
 
+def pin_malloc_thresholds() -> None:
+    """glibc's mmap threshold at 64 MiB and trim threshold at 256 MiB, no longer moving."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    if not (libc.mallopt(m_mmap_threshold, 64 << 20) and libc.mallopt(m_trim_threshold, 256 << 20)):
+        raise SystemExit("mallopt refused the thresholds (not glibc?)")
+
+
 def measure(
     calls: dict[str, Callable[[], Any]],
     repeat: int,
@@ -407,8 +423,15 @@ def main() -> None:
     parser.add_argument(
         "--approx", action="store_true", help="also the approximate modes' speed and deviation"
     )
+    parser.add_argument(
+        "--pin-malloc",
+        action="store_true",
+        help="fix glibc's mmap/trim thresholds: no side's temporaries fault in fresh pages",
+    )
     _charts.add_chart_argument(parser)
     args = parser.parse_args()
+    if args.pin_malloc:
+        pin_malloc_thresholds()
     try:
         import vllm  # type: ignore[import-not-found]
 
@@ -421,7 +444,8 @@ def main() -> None:
         f"python {platform.python_version()}, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, "
         f"media pool {get_media_executor()._max_workers} threads, "
-        f"vllm {vllm_version or 'not importable'}, median of {args.repeat}"
+        f"vllm {vllm_version or 'not importable'}, median of {args.repeat}, "
+        f"malloc thresholds {'pinned' if args.pin_malloc else 'glibc defaults'}"
     )
     media = make_media(args.video_frames)
     results: dict[str, dict[str, float]] = {}

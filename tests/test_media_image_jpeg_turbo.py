@@ -201,6 +201,17 @@ def test_a_stream_libjpeg_only_warns_about_gets_pillows_tolerant_pixels() -> Non
     assert np.array_equal(np.asarray(loaded), np.asarray(pillow_decode(damaged)))
 
 
+@pytest.mark.parametrize(("opened", "decoded"), [((64, 48), (80, 60)), ((80, 60), (64, 48))])
+def test_a_frame_header_other_than_pillows_is_left_to_pillow(
+    opened: tuple[int, int], decoded: tuple[int, int]
+) -> None:
+    # Pillow and libjpeg-turbo read the same frame header; were they ever to disagree, a larger
+    # image would not fit the storage and a smaller one would not fill it.
+    header_source = encode(gradient_rgb(*opened), "JPEG")
+    with Image.open(io.BytesIO(header_source)) as header:
+        assert decode_rgb_jpeg(header, encode(gradient_rgb(*decoded), "JPEG")) is None
+
+
 def test_a_header_libjpeg_cannot_read_is_left_to_pillow() -> None:
     data = encode(gradient_rgb(64, 48), "JPEG")
     with Image.open(io.BytesIO(data)) as header:
