@@ -227,3 +227,32 @@ def test_the_decode_lets_python_run_beside_it() -> None:
         decoded, progress = python_progress_during(lambda: decode_rgb_jpeg(header, data))
     assert decoded is not None
     assert progress > 0
+
+
+# --- hostile bytes -----------------------------------------------------------------------------
+
+
+def test_mutated_jpegs_give_pillows_pixels_or_go_to_pillow() -> None:
+    # Bytes flipped anywhere past the SOI: whatever Pillow still opens, the one-call decode
+    # either gives exactly Pillow's pixels or declines (so Pillow's verdict stands); it never
+    # raises, and never gives pixels where Pillow's decoder fails.
+    rng = np.random.default_rng(7)
+    base = encode(Image.fromarray(noisy(64, 48)), "JPEG", quality=80)
+    taken = declined = 0
+    for _ in range(400):
+        mutated = bytearray(base)
+        for _ in range(int(rng.integers(1, 4))):
+            mutated[int(rng.integers(2, len(mutated)))] = int(rng.integers(0, 256))
+        data = bytes(mutated)
+        try:
+            header = Image.open(io.BytesIO(data))
+        except Exception:
+            continue
+        with header:
+            decoded = decode_rgb_jpeg(header, data)
+        if decoded is None:
+            declined += 1
+            continue
+        taken += 1
+        assert np.array_equal(np.asarray(decoded), np.asarray(pillow_decode(data)))
+    assert taken > 0 and declined > 0  # both outcomes were exercised
