@@ -484,7 +484,6 @@ def main() -> None:
                     ratio = "1.00x"
                     if measured is rounds and name != "mediaref":
                         median, q1, q3 = rounds.ratio(name, "mediaref")
-                        cold[modality][f"{name} / mediaref"] = median
                         ratio = f"{median:.2f}x ({q1:.2f}-{q3:.2f})"
                     elif name != "mediaref":
                         ratio = f"{measured.median(name) / rounds.median('mediaref'):.2f}x"

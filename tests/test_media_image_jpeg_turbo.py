@@ -22,6 +22,7 @@ from _image_samples import (
     gradient_rgb,
     sample_path,
 )
+from _memory import PixelWork
 from mediaref.media.image import ImageMediaIO
 from mediaref.media.image._jpeg_turbo import decode_rgb_jpeg
 
@@ -168,6 +169,23 @@ def test_an_image_over_one_pillow_block_is_left_to_pillow() -> None:
     assert turbo_decode(data) is None
     loaded = ImageMediaIO().load_bytes(data)
     assert np.array_equal(np.asarray(loaded), np.asarray(pillow_decode(data)))
+
+
+@pytest.mark.parametrize("extra_row", [0, 1])
+def test_the_block_check_agrees_with_pillows_storage(pixel_work: PixelWork, extra_row: int) -> None:
+    # The widest rows that fill one block exactly, then one row more: the first is taken, the
+    # second declined before any image is allocated for it.
+    width = 2048
+    height = Image.core.get_block_size() // (width * 4) + extra_row  # type: ignore[attr-defined]
+    data = encode(Image.new("RGB", (width, height), (90, 140, 200)), "JPEG", quality=50)
+    pixel_work.restart()
+    decoded = turbo_decode(data)
+    if extra_row:
+        assert decoded is None
+        assert pixel_work.cores_allocated == 0
+    else:
+        assert decoded is not None
+        assert np.array_equal(np.asarray(decoded), np.asarray(pillow_decode(data)))
 
 
 def test_the_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:

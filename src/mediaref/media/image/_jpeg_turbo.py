@@ -5,8 +5,9 @@ each from RGB into its 4-byte RGBX storage: a 1080p photo took 5.9 ms here. simp
 libjpeg-turbo's TurboJPEG API, which decodes the whole image in one call, the GIL released,
 and writes RGBX itself; pointed at the storage of a new Pillow RGB image
 (:func:`mediaref.media.image.pillow_storage.rgbx_view`, writable), the same photo took 5.2 ms
-in the same loop, and nothing is repacked. The same library and the same algorithms (the accurate integer IDCT and fancy
-upsampling, the default of both), so the same pixels: pinned against Pillow's decoder by
+in the same loop, and nothing is repacked. The same library and the same algorithms (the
+accurate integer IDCT and fancy upsampling, the default of both), so the same pixels: pinned
+against Pillow's decoder by
 ``tests/test_media_image_jpeg_turbo.py`` on every JPEG the tests hold (each chroma subsampling,
 progressive, restart markers, optimized Huffman tables, odd sizes, real photos).
 
@@ -29,6 +30,7 @@ __all__ = ["decode_rgb_jpeg"]
 
 _JPEG_FORMATS = frozenset({"JPEG", "MPO"})  # an MPO's first frame is a plain JPEG at offset 0
 _PILLOW_RGB_TILE_ARGS = ("RGB", "")  # Pillow's rawmode, and no JPEG colour mode forced
+_RGB_PIXEL_BYTES = 4  # Pillow stores an RGB pixel as RGBX
 
 
 def decode_rgb_jpeg(image: ImageFile.ImageFile, payload: bytes) -> Image.Image | None:
@@ -40,7 +42,7 @@ def decode_rgb_jpeg(image: ImageFile.ImageFile, payload: bytes) -> Image.Image |
 
     decoded = Image.new("RGB", image.size, None)  # storage not filled: every pixel is written
     pixels = rgbx_view(decoded, writable=True)
-    if pixels is None:  # several Pillow blocks: no single run to decode into
+    if pixels is None:  # no single exportable run after all: Pillow decodes
         return None
     # No separate header call: it would let go of the GIL and take it back once more (up to a
     # switch interval beside busy Python: 10.8 -> 16.4 ms for a 1080p photo). libjpeg-turbo reads
@@ -75,4 +77,13 @@ def _takes(image: ImageFile.ImageFile) -> bool:
         and tile[0].offset == 0
         and tile[0].extents == (0, 0, *image.size)
         and tile[0].args == _PILLOW_RGB_TILE_ARGS
+        and _fits_one_block(image.width, image.height)
     )
+
+
+def _fits_one_block(width: int, height: int) -> bool:
+    """Whether Pillow stores an RGB image of this size in one block (its rows go to blocks of
+    ``get_block_size()`` bytes, whole rows each), checked before a new image is allocated for
+    nothing: only a one-block image's storage can be exported as one run."""
+    block_bytes = int(Image.core.get_block_size())  # type: ignore[attr-defined]
+    return height <= max(1, block_bytes // (width * _RGB_PIXEL_BYTES))
