@@ -3,7 +3,10 @@
     python benchmarks/bench_fast_path.py [--repeat 9] [--cold-repeat 41] [--batch 8]
         [--threads 1] [--pin-malloc] [--skip-cold] [--approx] [--chart PATH]
 
-Parts, each side by side in one run (round-robin, medians):
+Parts, each side by side in one run: every path once a round, the order flipped every round;
+times are medians, ratios the median (and quartiles) of the rounds' own ratios, so the load of
+the shared host, which moves a time by up to 30% from minute to minute, cancels out of them;
+minor page faults per call beside:
 
 1. **Encoded bytes -> ``pixel_values``**, decode included on every side: a 1920x1080 JPEG (q90,
    a scikit-image photo) and a 32-frame 854x480 H.264 clip. ``fused`` is mediaref's path (its
@@ -20,9 +23,7 @@ Parts, each side by side in one run (round-robin, medians):
 2. **A cold request**, fetch of a ``data:`` URL + processor miss (``apply`` with no cache), the
    built-in Qwen2-VL model: mediaref (fused on, its default) against vLLM 0.33.0 when it imports
    (run in the scratch venv of ``bench_processor_miss.py``'s docstring), ``--cold-repeat``
-   rounds of one call each, the order flipped every round; the ratio is the median of the
-   rounds' own ratios (a round's two calls see the same machine, so the load of a shared host
-   cancels out of it), minor page faults per call beside. Then mediaref with the fused path off
+   rounds of one call each. Then mediaref with the fused path off
    (``MEDIAREF_QWEN2_VL_FUSED=0``), for reference, in rounds of its own: interleaved, its HF
    call's freed temporaries would serve whichever call follows it. For the image, mediaref with
    Pillow's JPEG decoder (``MEDIAREF_TURBO_JPEG=0``) joins the paired rounds: what the one-call
@@ -384,16 +385,21 @@ def measure(
     return {name: s.median for name, s in samples.items()}
 
 
-class ColdRounds:
-    """Per-call seconds and minor page faults of paths measured round by round."""
+class PairedRounds:
+    """Per-call seconds and minor page faults of paths measured round by round, each path once a
+    round, the order flipped every round (neither side always runs on the heap the other just
+    left); ``collect_garbage``: a ``gc.collect()`` before every call, outside its time."""
 
-    def __init__(self, calls: dict[str, Callable[[], Any]], repeat: int) -> None:
+    def __init__(
+        self, calls: dict[str, Callable[[], Any]], repeat: int, *, collect_garbage: bool = False
+    ) -> None:
         self.seconds: dict[str, list[float]] = {name: [] for name in calls}
         self.faults: dict[str, list[int]] = {name: [] for name in calls}
         names = list(calls)
         for round_index in range(repeat):
-            # Flipped every round: neither side always runs on the heap the other just left.
             for name in names if round_index % 2 == 0 else names[::-1]:
+                if collect_garbage:
+                    gc.collect()
                 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 start = time.perf_counter()
                 calls[name]()
@@ -409,10 +415,17 @@ class ColdRounds:
         return statistics.median(self.faults[name])
 
     def ratio(self, name: str, base: str) -> tuple[float, float, float]:
-        """Median, first and third quartile of the rounds' own ``name / base`` ratios."""
+        """Median, first and third quartile of the rounds' own ``name / base`` ratios: a round's
+        calls see the same machine, so the load of a shared host cancels out of them."""
         ratios = [a / b for a, b in zip(self.seconds[name], self.seconds[base], strict=True)]
         q1, median, q3 = statistics.quantiles(ratios, n=4)
         return median, q1, q3
+
+    def ratio_text(self, name: str, base: str) -> str:
+        if name == base:
+            return "1.00x"
+        median, q1, q3 = self.ratio(name, base)
+        return f"{median:.2f}x ({q1:.2f}-{q3:.2f})"
 
 
 def main() -> None:
@@ -454,19 +467,25 @@ def main() -> None:
     )
     media = make_media(args.video_frames)
     results: dict[str, dict[str, float]] = {}
+    paired: dict[str, float] = {}  # each chart group's paired ratio (HF torchvision or vLLM)
     for case, calls in pixel_paths(media, args.batch).items():
         outputs = {name: fn() for name, fn in calls.items()}  # warm-up, and the bytes
         assert torch.equal(outputs["fused"], outputs["hf-torchvision"]), case
-        medians = measure(calls, args.repeat)
-        results[case] = medians
+        rounds = PairedRounds(calls, args.repeat, collect_garbage=True)
+        results[case] = {name: rounds.median(name) for name in calls}
+        paired[case] = rounds.ratio("hf-torchvision", "fused")[0]
         items = args.batch if case.endswith("images") else 1
         rows = [
-            [name, bm.fmt_seconds(m), f"{items / m:.1f}/s", bm.fmt_bytes(outputs[name].nbytes // items),
-             f"{m / medians['fused']:.2f}x"]
-            for name, m in medians.items()
+            [name, bm.fmt_seconds(rounds.median(name)), f"{items / rounds.median(name):.1f}/s",
+             bm.fmt_bytes(outputs[name].nbytes // items), rounds.ratio_text(name, "fused"),
+             f"{rounds.median_faults(name):.0f}"]
+            for name in calls
         ]  # fmt: skip
-        print(f"\n{case} (encoded bytes -> pixel_values, decode included)")
-        bm.print_table(["path", "time", "items/s", "bytes/item", "vs fused"], rows)
+        print(
+            f"\n{case} (encoded bytes -> pixel_values, decode included; {args.repeat} rounds; "
+            "paired ratios: median and quartiles of the rounds')"
+        )
+        bm.print_table(["path", "time", "items/s", "bytes/item", "vs fused", "faults/call"], rows)
     cold: dict[str, dict[str, float]] = {}
     if not args.skip_cold:
         for modality, calls in cold_paths(media).items():
@@ -475,17 +494,17 @@ def main() -> None:
                 if name.startswith("mediaref"):
                     assert torch.equal(out, outputs["mediaref"]), (modality, name)
             fused_off = calls.pop("mediaref fused off")
-            rounds = ColdRounds(calls, args.cold_repeat)
-            reference = ColdRounds({"mediaref fused off": fused_off}, args.cold_repeat)
+            rounds = PairedRounds(calls, args.cold_repeat)
+            reference = PairedRounds({"mediaref fused off": fused_off}, args.cold_repeat)
             cold[modality] = {name: rounds.median(name) for name in calls}
+            if "vllm" in calls:
+                paired[f"cold {modality}"] = rounds.ratio("vllm", "mediaref")[0]
             rows = []
             for measured in (rounds, reference):
                 for name in measured.seconds:
-                    ratio = "1.00x"
-                    if measured is rounds and name != "mediaref":
-                        median, q1, q3 = rounds.ratio(name, "mediaref")
-                        ratio = f"{median:.2f}x ({q1:.2f}-{q3:.2f})"
-                    elif name != "mediaref":
+                    if measured is rounds:
+                        ratio = rounds.ratio_text(name, "mediaref")
+                    else:  # its own rounds: a ratio of medians
                         ratio = f"{measured.median(name) / rounds.median('mediaref'):.2f}x"
                     # vLLM decodes a clip with its own backend (OpenCV for Qwen2-VL) and
                     # sampling, so its pixels (even its frame count) may differ: shapes beside.
@@ -515,17 +534,19 @@ def main() -> None:
             rows,
         )
     if args.chart:
-        draw_chart(args.chart, results, cold, vllm_version, args.batch)
+        draw_chart(args.chart, results, cold, paired, vllm_version, args.batch)
 
 
 def draw_chart(
     path: Path,
     results: dict[str, dict[str, float]],
     cold: dict[str, dict[str, float]],
+    paired: dict[str, float],
     vllm_version: str | None,
     batch: int,
 ) -> None:
     groups, mine, torchvision, other = [], [], [], []
+    ratios: list[float | None] = []
     labels = {
         "image": "1080p JPEG",
         f"{batch} images": f"{batch} x 1080p JPEG",
@@ -536,11 +557,13 @@ def draw_chart(
         mine.append(results[case]["fused"])
         torchvision.append(results[case]["hf-torchvision"])
         other.append(results[case].get("hf-pil", 0.0))
+        ratios.append(paired.get(case))
     for modality, medians in cold.items():
         groups.append(f"{labels[modality]}\ncold request")
         mine.append(medians["mediaref"])
         torchvision.append(medians.get("vllm", 0.0))
         other.append(0.0)
+        ratios.append(paired.get(f"cold {modality}"))
     series = {
         "mediaref (fused, exact)": mine,
         f"HF torchvision / vLLM {vllm_version or '(absent)'}": torchvision,
@@ -555,8 +578,10 @@ def draw_chart(
     _charts.grouped_bars(
         path,
         title="Qwen2-VL's fused exact path: bytes -> pixel_values, and a cold request",
+        ratios=ratios,
         ratio_caption=(
-            "ratio: the second bar over mediaref's (HF torchvision; vLLM for a cold request)"
+            "ratio: the second bar's over mediaref's (HF torchvision; vLLM for a cold request), "
+            "paired: the median of the rounds' own ratios"
         ),
         groups=groups,
         series=series,
