@@ -176,13 +176,13 @@ def test_a_lone_image_is_cut_on_the_executor(
 ) -> None:
     settings, image, target = raw_case()
     seen: list[tuple[str, int]] = []
-    original = fused.to_planes
+    original = fused.write_patch_rows
 
-    def recording(resized: torch.Tensor, *args: Any) -> torch.Tensor:
-        seen.append((threading.current_thread().name, resized.shape[2]))
-        return original(resized, *args)
+    def recording(pixels: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        seen.append((threading.current_thread().name, pixels.shape[2]))
+        original(pixels, *args, **kwargs)
 
-    monkeypatch.setattr(fused, "to_planes", recording)
+    monkeypatch.setattr(fused, "write_patch_rows", recording)
     [(rows, _)] = fused.fused_rows(
         [image], [target], settings, video=False, executor=pool, pieces=4
     )
@@ -191,7 +191,7 @@ def test_a_lone_image_is_cut_on_the_executor(
     assert sorted(name.startswith("test-bands") for name, _ in seen) == [False, True, True, True]
     assert {name for name, _ in seen} - {caller} <= {f"test-bands_{i}" for i in range(4)}
     assert sum(height for _, height in seen) == target[0]
-    monkeypatch.setattr(fused, "to_planes", original)
+    monkeypatch.setattr(fused, "write_patch_rows", original)
     assert torch.equal(rows, fused.image_rows(image, target, settings)[0])
 
 
@@ -199,23 +199,22 @@ def test_a_failing_band_surfaces_after_every_band_finished(
     pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, image, target = raw_case()
-    original = fused.to_planes
+    original = fused.write_patch_rows
     finished: list[int] = []
     calls: list[int] = []
     lock = threading.Lock()
 
-    def first_fails(resized: torch.Tensor, *args: Any) -> torch.Tensor:
+    def first_fails(pixels: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         with lock:
             calls.append(1)
             first = len(calls) == 1
         if first:
             raise RuntimeError("first band fails")
         time.sleep(0.05)  # still running when the first one fails
-        planes = original(resized, *args)
-        finished.append(resized.shape[2])
-        return planes
+        original(pixels, *args, **kwargs)
+        finished.append(pixels.shape[2])
 
-    monkeypatch.setattr(fused, "to_planes", first_fails)
+    monkeypatch.setattr(fused, "write_patch_rows", first_fails)
     with pytest.raises(RuntimeError, match="first band fails"):
         fused.image_rows(image, target, settings, executor=pool, pieces=3)
     assert len(finished) == 2  # the two other bands ran to the end before the error surfaced

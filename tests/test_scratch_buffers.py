@@ -118,10 +118,10 @@ def test_the_fused_path_returns_what_it_leased(monkeypatch: pytest.MonkeyPatch) 
     assert torch.equal(rows, again)
     assert torch.equal(rows, fused.image_rows(image, target, settings)[0])
 
-    def failing(*args: object) -> torch.Tensor:
+    def failing(*args: object, **kwargs: object) -> None:
         raise RuntimeError("band fails")
 
-    monkeypatch.setattr(fused, "to_planes", failing)
+    monkeypatch.setattr(fused, "write_patch_rows", failing)
     before = scratch.idle_bytes()
     with pytest.raises(RuntimeError, match="band fails"):
         fused.image_rows(image, target, settings)

@@ -21,6 +21,11 @@ the same pixels, bit for bit, with fewer copies:
 - :func:`patch_rows` writes the resized frames straight into the final
   ``(grid_t * grid_h * grid_w, C * T * P * P)`` row order in one strided copy of P-byte runs
   (a numpy ``V{P}`` view: one element per patch row segment), where HF makes a 9-D uint8 copy.
+- :func:`write_patch_rows` is what the fused path calls: the resized pixels' rows in one native
+  pass (``_patch_rows_native.c``: each merged-patch row of pixels split into channel rows in
+  cache, then each patch row written whole, a padded temporal slot from the same cache), about
+  3x faster than planes + :func:`patch_rows` for a 1080p image; the two when the extension was
+  not built (no C compiler at install) or the pixels are not in a layout it reads.
 
 Torch's kernel and numpy's copy release the GIL, so items run in parallel on the media pool;
 nothing here depends on the thread that runs it, so the bytes are the same whatever the pool.
@@ -40,7 +45,12 @@ from PIL import Image
 from mediaref.media.image.pillow_storage import rgbx_view
 from mediaref.models import _scratch_buffers as scratch_buffers
 
-__all__ = ["patch_rows", "resize_frames", "rgb_pixels", "to_planes"]
+try:
+    from mediaref.models._patch_rows_native import patch_rows as native_patch_rows
+except ImportError:  # installed without a C compiler: numpy writes the rows, the same bytes
+    native_patch_rows = None  # type: ignore[assignment]
+
+__all__ = ["patch_rows", "resize_frames", "rgb_pixels", "to_planes", "write_patch_rows"]
 
 # ``np.asarray(pil_image)`` is read-only (it wraps the bytes Pillow hands out), and copying it
 # to make it writeable would cost a full frame. Torch only reads it here, but warns once per
@@ -169,6 +179,58 @@ def to_planes(resized: torch.Tensor, channels: int | None = None) -> torch.Tenso
     return torch.from_numpy(planes)
 
 
+def write_patch_rows(
+    pixels: torch.Tensor,
+    channels: int,
+    *,
+    patch_size: int,
+    merge_size: int,
+    temporal_patch_size: int,
+    out: np.ndarray,
+) -> None:
+    """``(F, C, H, W)`` uint8 ``pixels`` (any layout, ``C >= channels``) written into ``out`` as
+    the patch rows of their first ``channels`` channels: the bytes
+    ``patch_rows(to_planes(pixels, channels), ...)`` writes (see :func:`patch_rows` for the
+    layout and ``out``).
+
+    Dense channels-last pixels of 3 or 4 channels (the resize's output, Pillow's RGBX storage,
+    decoded video frames) take the native pass, which releases the GIL; anything else, or an
+    install without the extension, the two numpy steps.
+    """
+    frames, count, height, width = pixels.shape
+    _check_out(out, frames, channels, height, width, patch_size, temporal_patch_size)
+    dense = pixels.permute(0, 2, 3, 1)
+    if native_patch_rows is None or count not in (3, 4) or not dense.is_contiguous():
+        patch_rows(
+            to_planes(pixels, channels),
+            patch_size=patch_size,
+            merge_size=merge_size,
+            temporal_patch_size=temporal_patch_size,
+            out=out,
+        )
+        return
+    native_patch_rows(
+        dense.numpy(), frames, height, width, count, channels,
+        patch_size, merge_size, temporal_patch_size, out,
+    )  # fmt: skip
+
+
+def _check_out(
+    out: np.ndarray,
+    frames: int,
+    channels: int,
+    height: int,
+    width: int,
+    patch_size: int,
+    temporal_patch_size: int,
+) -> None:
+    grid_t = -(-frames // temporal_patch_size)
+    grid_h, grid_w = height // patch_size, width // patch_size
+    shape = (grid_t * grid_h * grid_w, channels * temporal_patch_size * patch_size * patch_size)
+    if out.shape != shape or out.dtype != np.uint8 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous uint8 of shape {shape}, got {out.shape}")
+
+
 def patch_rows(
     planes: torch.Tensor,
     *,
@@ -188,11 +250,9 @@ def patch_rows(
     """
     frames, channels, height, width = planes.shape
     t_size, p_size, m_size = temporal_patch_size, patch_size, merge_size
+    _check_out(out, frames, channels, height, width, p_size, t_size)
     grid_t = -(-frames // t_size)
     grid_h, grid_w = height // p_size, width // p_size
-    shape = (grid_t * grid_h * grid_w, channels * t_size * p_size * p_size)
-    if out.shape != shape or out.dtype != np.uint8 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous uint8 of shape {shape}, got {out.shape}")
     # One element per P-byte run: a patch row of one channel is contiguous in both layouts.
     run = np.dtype(f"V{p_size}")
     source = (

@@ -22,7 +22,7 @@ from PIL import Image
 
 from mediaref.media.executor import on_media_pool_thread
 from mediaref.models import _scratch_buffers as scratch_buffers
-from mediaref.models._patch_rows import patch_rows, resize_frames, rgb_pixels, to_planes
+from mediaref.models._patch_rows import resize_frames, rgb_pixels, write_patch_rows
 from mediaref.models._qwen2_vl_fused_settings import (
     DRAFT_SOURCE_SIZE,
     FusedVisionSettings,
@@ -69,6 +69,7 @@ class _RowsOut:
 
     def __init__(self, count: int, channels: int, settings: FusedVisionSettings) -> None:
         self._settings = settings
+        self._channels = channels
         width = channels * settings.temporal_patch_size * settings.patch_size**2
         self.raw = np.empty((count, width), dtype=np.uint8)
         self._floating: torch.Tensor | None = None
@@ -78,11 +79,13 @@ class _RowsOut:
             self._std = torch.tensor(settings.std, dtype=torch.float32).view(shape)
             self._floating = torch.empty((count, width), dtype=settings.dtype or torch.float32)
 
-    def write(self, planes: torch.Tensor, first: int, stop: int) -> None:
-        """Rows ``[first, stop)`` from ``planes`` (their frames or band of rows)."""
+    def write(self, pixels: torch.Tensor, first: int, stop: int) -> None:
+        """Rows ``[first, stop)`` from ``pixels`` (their frames or band of rows, ``(N, C, H, W)``
+        in the resize's layout; the first ``channels`` are read)."""
         settings, chunk = self._settings, self.raw[first:stop]
-        patch_rows(
-            planes,
+        write_patch_rows(
+            pixels,
+            self._channels,
             patch_size=settings.patch_size,
             merge_size=settings.merge_size,
             temporal_patch_size=settings.temporal_patch_size,
@@ -147,8 +150,7 @@ def _image_rows(
 
     def piece(first: int, stop: int) -> None:
         for start, end in _runs(first, stop, per_band):
-            planes = to_planes(resized[:, :, start * band : end * band], 3)
-            rows.write(planes, start * per_block, end * per_block)
+            rows.write(resized[:, :, start * band : end * band], start * per_block, end * per_block)
 
     pieces = min(pieces, blocks)
     if executor is None or pieces < 2:
@@ -194,8 +196,7 @@ def video_rows(
             with scratch_buffers.lease(math.prod(shape)) as buffer:
                 into = scratch_buffers.channels_last(buffer, shape)
                 resized = resize_frames(chunk, height, width, into=into)
-                planes = to_planes(resized)
-            rows.write(planes, start * per_group, end * per_group)
+                rows.write(resized, start * per_group, end * per_group)
 
     pieces = min(pieces, grid[0])
     if executor is None or pieces < 2:
