@@ -49,7 +49,8 @@ __all__ = [
 _Rows = tuple[torch.Tensor, tuple[int, int, int]]
 _T = TypeVar("_T")
 _BAND_BYTES = 1 << 20
-"""Planes per band of an image's pixel work: small enough to be read back from cache."""
+"""An image band's size, counted at 3 bytes a pixel: small enough for its rows (and, through
+numpy's steps, its planes) to be read back from cache when normalized; the unit cut across cores."""
 
 
 def _grid(
@@ -117,16 +118,17 @@ def image_rows(
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """One image's patch rows and ``(t, h, w)`` grid.
 
-    The image is resized into a leased buffer, then turned into planes and patch rows in bands
-    of whole merged-patch rows (about :data:`_BAND_BYTES` of planes each, so a band's planes are
-    still in cache when its rows are written: 1080p 3.8 vs 6.3 ms on one core). With an
+    The image is resized into a leased buffer, then written as patch rows
+    (:func:`~mediaref.models._patch_rows.write_patch_rows`) in bands of whole merged-patch rows
+    (about :data:`_BAND_BYTES` each: through numpy's planes, a band's planes are still in cache
+    when its rows are written, 1080p 3.8 vs 6.3 ms on one core). With an
     ``executor`` and ``pieces`` > 1, the resize's horizontal pass is cut in two
     (:func:`resize_frames`) and the bands are shared out in up to ``pieces`` runs, the first on
     the caller's thread, each writing straight into its slice of the rows. A band's rows depend
     on its pixels alone, so the bytes are the same whatever the cut. The same rule as
     :func:`video_rows` about the executor.
     """
-    # Possibly Pillow's RGBX storage in place: its padding plane is dropped in the planes.
+    # Possibly Pillow's RGBX storage in place: its padding byte is never written to the rows.
     pixels = rgb_pixels(image)[None]
     if pixels.shape[1:3] == target:  # nothing to resize: the pixels themselves are read
         return _image_rows(resize_frames(pixels, *target), settings, executor, pieces)
@@ -170,7 +172,7 @@ def video_rows(
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """One video's patch rows and ``(t, h, w)`` grid: every frame resized once, at the target.
 
-    Frames are resized, turned into planes and patched a temporal group at a time (a few, for
+    Frames are resized and written as patch rows a temporal group at a time (a few, for
     small frames: about :data:`_BAND_BYTES` each), the resize written into a leased buffer, so a
     group's pixels are read back from cache. With an ``executor`` and ``pieces`` > 1, the groups
     are cut into up to ``pieces`` runs, the first run on the caller's thread and the others on
