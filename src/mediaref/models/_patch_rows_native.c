@@ -34,8 +34,8 @@ split_pixels(const uint8_t *src, Py_ssize_t count, int pixel_bytes, int channels
              uint8_t *const planes[])
 {
     Py_ssize_t i = 0;
-    if (pixel_bytes == 4) {
 #if defined(__SSE2__)
+    if (pixel_bytes == 4) {
         /* 16 pixels a step: channel c of each 32-bit pixel is its byte c (little endian). */
         const __m128i low_byte = _mm_set1_epi32(0xFF);
         for (; i + 16 <= count; i += 16) {
@@ -56,14 +56,9 @@ split_pixels(const uint8_t *src, Py_ssize_t count, int pixel_bytes, int channels
                 _mm_storeu_si128((__m128i *)(planes[c] + i), bytes);
             }
         }
-#endif
-        for (; i < count; i++) {
-            for (int c = 0; c < channels; c++) {
-                planes[c][i] = src[4 * i + c];
-            }
-        }
-        return;
     }
+#endif
+    /* The rest of a row (all of it for 3-byte pixels, or without SSE2), a pixel at a time. */
     for (; i < count; i++) {
         for (int c = 0; c < channels; c++) {
             planes[c][i] = src[(Py_ssize_t)pixel_bytes * i + c];

@@ -36,7 +36,7 @@ def decode_first_frame(
     image: ImageFile.ImageFile,
     mode: str | None,
     background: BackgroundColor,
-    payload: bytes | None = None,
+    payload: bytes,
 ) -> Image.Image:
     """The first frame of ``image``, upright per its EXIF orientation, in ``mode`` (None: its own).
 
@@ -44,10 +44,9 @@ def decode_first_frame(
     that frame (for GIF, APNG and animated WebP alike). A damaged EXIF block fails the decode
     (the caller maps it), rather than silently leaving the pixels the wrong way up.
     ``payload``: the bytes ``image`` was opened from, for an RGB JPEG's one-call decode
-    (:mod:`mediaref.media.image._jpeg_turbo`); without them, or where that path declines,
-    Pillow decodes.
+    (:mod:`mediaref.media.image._jpeg_turbo`); where that path declines, Pillow decodes.
     """
-    loaded = decode_rgb_jpeg(image, payload) if payload is not None else None
+    loaded = decode_rgb_jpeg(image, payload)
     if loaded is None:
         image.decodermaxblock = max(image.decodermaxblock, DECODE_FEED_BYTES)
         image.load()
