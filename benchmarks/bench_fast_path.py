@@ -238,7 +238,8 @@ def vllm_cold(modality: str, url: str, frames: int) -> Callable[[], Any] | None:
         from vllm.multimodal.media.connector import (  # type: ignore[import-not-found]
             MediaConnector as VllmConnector,
         )
-    except ImportError:
+    except ImportError as exc:  # not installed, or a package its multimodal layer imports is not
+        print(f"no vLLM rows: {exc!r}")
         return None
     config = VllmModelConfig(
         model=MODEL, tokenizer=MODEL, dtype="bfloat16", mm_processor_cache_gb=0

@@ -144,7 +144,50 @@ def test_every_long_gap_is_seeked_over_in_every_container(codec: str, container:
     # Decoding through any one gap instead would add at least 60 frames; a few extra are
     # allowed for demuxers that land a little before the keyframe (MPEG-TS seeks by DTS).
     ideal = 61
-    assert ideal <= metadata["num_decoded_frames"] < ideal + 10
+    assert metadata["num_decoded_frames"] < ideal + 10
+    if codec != "h264_bframes":  # H.264's unwanted B-frames are not decoded at all (below)
+        assert ideal <= metadata["num_decoded_frames"]
+
+
+@pytest.mark.parametrize("container", ["mp4", "mpegts"])
+def test_unwanted_h264_nonreference_frames_are_not_decoded(
+    container: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One GOP: no seek, so every frame up to the last wanted one passes the decoder.
+    data = make_clip("h264_bframes", container, num_frames=120, keyframe_interval=120)
+    every_frame, _ = video_io(num_frames=-1).load_bytes(data)
+
+    frames, metadata = video_io(num_frames=5).load_bytes(data)
+
+    expected = np.linspace(0, 119, 5, dtype=int).tolist()
+    assert metadata["frames_indices"] == expected == painted_indices(frames)
+    np.testing.assert_array_equal(frames, every_frame[expected])
+    skipped = 120 - metadata["num_decoded_frames"]
+    assert skipped >= 20  # x264 with 3 B-frames: most frames between the wanted ones
+    # Without the skip, the same frames cost every one.
+    monkeypatch.setattr(pyav_decode, "SKIPPABLE_NONREF_CODECS", frozenset())
+    unskipped, unskipped_metadata = video_io(num_frames=5).load_bytes(data)
+    assert unskipped_metadata["num_decoded_frames"] == 120
+    np.testing.assert_array_equal(unskipped, frames)
+
+
+def test_the_counting_fallback_decodes_every_frame_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Frames found by counting must all come out of the decoder: the skip of unwanted
+    non-reference frames ends with the timestamp search that asked for it."""
+    data = make_clip("h264_bframes", "mp4", num_frames=60, keyframe_interval=60)
+    keep_by_timestamp = pyav_decode._keep_by_timestamp
+
+    def timestamps_fail_midway(decoder: Any, index: Any, wanted: Any, collector: Any) -> None:
+        keep_by_timestamp(decoder, index, wanted[:2], collector)  # some kept, with the skip on
+        raise pyav_decode.TimestampsUnusableError("decoded timestamps go backwards")
+
+    monkeypatch.setattr(pyav_decode, "_keep_by_timestamp", timestamps_fail_midway)
+    frames, metadata = video_io(num_frames=6).load_bytes(data)
+
+    expected = np.linspace(0, 59, 6, dtype=int).tolist()
+    assert metadata["frames_indices"] == expected == painted_indices(frames)
 
 
 def test_a_gap_is_seeked_over_exactly_when_it_skips_enough_frames() -> None:

@@ -6,6 +6,7 @@ import av
 import numpy as np
 
 from mediaref.media.video._frame_limits import charge_rgb_frames, check_frame_size
+from mediaref.media.video._frame_rgb import SWSCALE_ONE_THREAD
 from mediaref.media.video._frame_scaling import FrameScaling
 
 # Frames added at least per growth when a stream yields more frames than its packet index counted.
@@ -65,7 +66,7 @@ class FrameCollector:
             self._grow()
         _, height, width, _ = self._buffer.shape
         if self._scaling is None:
-            rgb = frame.to_ndarray(format="rgb24", width=width, height=height)
+            rgb = frame.to_ndarray(format="rgb24", width=width, height=height, **SWSCALE_ONE_THREAD)
         else:
             rgb = self._scaling.to_rgb(frame, width, height)
         self._buffer[position] = rgb

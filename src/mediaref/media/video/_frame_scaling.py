@@ -38,6 +38,8 @@ from typing import Any
 import av
 import numpy as np
 
+from mediaref.media.video._frame_rgb import SWSCALE_ONE_THREAD
+
 __all__ = [
     "DEFAULT_INTERPOLATION",
     "SCALING_CODECS",
@@ -107,11 +109,17 @@ class FrameScaling:
     def to_rgb(self, frame: av.VideoFrame, width: int, height: int) -> np.ndarray:
         """``frame`` as ``(height, width, 3)`` uint8 RGB, scaled by FFmpeg (the method above)."""
         if _scales_in_yuv(frame, width, height):
-            scaled = frame.reformat(width=width, height=height, interpolation=self.interpolation)
-            rgb: np.ndarray = scaled.to_ndarray(format="rgb24")
+            scaled = frame.reformat(
+                width=width, height=height, interpolation=self.interpolation, **SWSCALE_ONE_THREAD
+            )
+            rgb: np.ndarray = scaled.to_ndarray(format="rgb24", **SWSCALE_ONE_THREAD)
             return rgb
         rgb = frame.to_ndarray(
-            format="rgb24", width=width, height=height, interpolation=self.interpolation
+            format="rgb24",
+            width=width,
+            height=height,
+            interpolation=self.interpolation,
+            **SWSCALE_ONE_THREAD,
         )
         return rgb
 

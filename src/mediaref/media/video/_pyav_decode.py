@@ -20,6 +20,12 @@ MIN_FRAMES_SKIPPED_BY_SEEK = 16
 # Seeks that landed past their target before falling back to decoding from the start.
 _SEEK_ATTEMPTS = 3
 
+# Codecs whose "non-reference" frames no other frame can predict from, so a decoder told to skip
+# them (FFmpeg's skip_frame=NONREF) decodes every other frame to the same pixels. H.264: a
+# picture with nal_ref_idc 0 never enters the reference buffer. Left out: HEVC, whose
+# "sub-layer non-reference" pictures may still be predicted from by higher temporal layers.
+SKIPPABLE_NONREF_CODECS = frozenset({"h264"})
+
 
 class TimestampsUnusableError(Exception):
     """A decoded frame carried no timestamp, so frames cannot be matched to the index."""
@@ -40,6 +46,7 @@ class FrameDecoder:
         self.frames_decoded = 0
         self.packets_skipped = 0
         self._opens = 0
+        self._kept_pts: frozenset[int] | None = None
         self.container, self.stream = self._open()
 
     def __enter__(self) -> FrameDecoder:
@@ -67,9 +74,30 @@ class FrameDecoder:
         self.container.seek(pts, stream=self.stream, backward=True, any_frame=False)
         return self.frames()
 
+    def skip_unkept_nonref(self, kept_pts: frozenset[int] | None) -> None:
+        """From now on, let the decoder skip non-reference frames whose packet timestamp is not in
+        ``kept_pts``, where the codec's non-reference frames are safe to skip
+        (:data:`SKIPPABLE_NONREF_CODECS`).
+
+        Every frame that is decoded comes out bit-identical to a full decode; frames that are
+        skipped never come out, so only a caller that finds frames by timestamp may ask this.
+        A packet without a timestamp is always decoded. None decodes every frame again, from the
+        next call of :meth:`frames` on.
+        """
+        self._kept_pts = kept_pts
+
     def frames(self) -> Iterator[av.VideoFrame]:
         """Frames from the demuxer's current position (the start, on a fresh open) to the end."""
+        codec_context = self.stream.codec_context
+        kept = self._kept_pts if codec_context.name in SKIPPABLE_NONREF_CODECS else None
+        skipping = False
         for packet in self.container.demux(self.stream):
+            if kept is not None:
+                # Per packet: frame threads take the setting with the packet they are handed.
+                skip = packet.pts is not None and packet.pts not in kept
+                if skip != skipping:
+                    codec_context.skip_frame = "NONREF" if skip else "DEFAULT"
+                    skipping = skip
             try:
                 # The empty packet at the end flushes the frames the codec still holds.
                 decoded = packet.decode()
@@ -159,8 +187,9 @@ def decode_by_timestamp(
     """Keep frame ``i`` for each ``i`` in ``wanted`` (ascending), seeking across long gaps.
 
     Frame ``i`` is the frame presented at ``index.frame_pts[i]``: exactly frame ``i`` of a
-    sequential decode. If it cannot be decoded, the next frame that can stands in for it, under
-    its own index. Decoding starts from a fresh open of the payload (indexing left
+    sequential decode. If it cannot be decoded, the next frame that is decoded stands in for it,
+    under its own index. Unwanted non-reference frames of H.264 are not decoded
+    (:meth:`FrameDecoder.skip_unkept_nonref`). Decoding starts from a fresh open of the payload (indexing left
     the demuxer at the end) and seeks only where a keyframe lets it skip enough frames.
 
     A payload whose seeks never land (timestamps the demuxer cannot find again) would otherwise
@@ -168,6 +197,19 @@ def decode_by_timestamp(
     decoded forward without seeking, so the work stays within two passes over the stream.
     Raises :class:`TimestampsUnusableError` when decoded timestamps are missing or go backwards.
     """
+    assert index.frame_pts is not None
+    # Frames are matched by timestamp, so the non-reference frames nothing asks for need not be
+    # decoded at all (x264's defaults make about one frame in five such a B-frame).
+    decoder.skip_unkept_nonref(frozenset(index.frame_pts[i] for i in wanted))
+    try:
+        _keep_by_timestamp(decoder, index, wanted, collector)
+    finally:
+        decoder.skip_unkept_nonref(None)  # a fallback that counts frames needs them all
+
+
+def _keep_by_timestamp(
+    decoder: FrameDecoder, index: FrameIndex, wanted: list[int], collector: FrameCollector
+) -> None:
     assert index.frame_pts is not None
     frames = _in_presentation_order(decoder.frames_from_start())
     frame = next(frames, None)
