@@ -471,7 +471,8 @@ def main() -> None:
 
     print(
         f"python {platform.python_version()}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, "
+        f"({torch.get_num_threads()} threads, CPU kernels "
+        f"{torch.backends.cpu.get_cpu_capability()}), transformers {transformers.__version__}, "
         f"media pool {get_media_executor()._max_workers} threads, "
         f"vllm {vllm_version or 'not importable'}, median of {args.repeat}, "
         f"malloc thresholds {'pinned' if args.pin_malloc else 'glibc defaults'}"

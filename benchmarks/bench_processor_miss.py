@@ -27,8 +27,13 @@ venv outside the repository that holds both libraries, e.g.::
     pip install --no-deps /work/scratch/vllm/vllm-0.33.0-*.whl
     pip install "transformers<5.21" cbor2 psutil pyzmq openai pybase64 cachetools einops msgspec \\
         cloudpickle py-cpuinfo prometheus_client fastapi partial_json_parser llguidance xgrammar \\
-        av soundfile blake3
+        av soundfile blake3 urllib3 requests openai-harmony uvloop
     pip install -e . --no-deps
+    pip install aiohttp jinja2 scipy soxr yarl simplejpeg matplotlib scikit-image  # mediaref's
+
+(Never ``pip install vllm`` there: it would replace torch with the wheel's pinned build. Where
+vLLM does not import, this script and ``bench_fast_path.py`` print "no vLLM rows" and the error,
+which names the module still missing.)
 
 vLLM's multimodal layer runs on the CPU there (no GPU is needed). The main test suite never
 imports vLLM. ``--chart PATH`` draws each item's miss per toggle, mediaref beside vLLM, as a PNG
@@ -102,7 +107,8 @@ def vllm_call(toggle: bool, modality: str, value: Any) -> Callable[[], Any] | No
         # vLLM is optional here: installed only in the comparison venv (see the docstring).
         from vllm.config import ModelConfig as VllmModelConfig  # type: ignore[import-not-found]
         from vllm.multimodal import MULTIMODAL_REGISTRY as VLLM_REGISTRY  # type: ignore[import-not-found]
-    except ImportError:
+    except ImportError as exc:  # not installed, or a package its multimodal layer imports is not
+        print(f"no vLLM rows: {exc!r}")
         return None
     path = str(builtin_model_path("qwen2_vl"))
     config = VllmModelConfig(

@@ -1,4 +1,4 @@
-"""Sampled video decode: keyframe seeking vs decoding through, side by side in one run.
+"""Sampled video decode: keyframe seeking and non-reference skipping vs decoding through.
 
     python benchmarks/bench_video_sampling.py [--seconds 10 60] [--keyframe-intervals 30 250]
         [--height 720] [--frames 32] [--repeat 5] [--all-frames] [--chart PATH]
@@ -6,10 +6,13 @@
 Encodes a synthetic clip (a textured image panning, so the codec has real work) for each length
 and keyframe interval, then times, interleaved round by round (the order alternates), medians of
 ``--repeat``:
-  seek          PyAVVideoBackend sampling ``--frames`` frames (packet index + keyframe seeks)
-  decode-thru   the same call with seeking disabled: it decodes every frame up to the last
-                wanted one (the last frame, for uniform sampling), converting only the kept ones,
-                as a sampler without seeking does
+  seek          PyAVVideoBackend sampling ``--frames`` frames (packet index + keyframe seeks;
+                H.264 non-reference frames no wanted index names are not decoded): mediaref's
+  no-skip       the same call with that skip off (every frame between a seek and a wanted
+                frame decoded): what the skip saves
+  decode-thru   the same call with seeking and the skip off: it decodes every frame up to the
+                last wanted one (the last frame, for uniform sampling), converting only the kept
+                ones, as a sampler without seeking does (a grab loop)
   all-frames    (``--all-frames``) num_frames=-1: every frame decoded *and* converted to RGB; it
                 needs the request's decoded-bytes budget lifted (300 frames of 720p RGB is 830 MB,
                 over VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES' default), which this path does for
@@ -39,7 +42,7 @@ import _charts
 import mediaref.media.video._pyav_decode as pyav_decode
 from mediaref.video import PyAVVideoBackend, VideoMetadata
 
-PATHS = ("seek", "decode-thru", "all-frames")
+PATHS = ("seek", "no-skip", "decode-thru", "all-frames")
 
 
 def encode_clip(seconds: float, height: int, keyframe_interval: int, fps: int = 30) -> bytes:
@@ -105,6 +108,16 @@ def seeking_disabled() -> Iterator[None]:
 
 
 @contextmanager
+def nonref_skip_disabled() -> Iterator[None]:
+    saved = pyav_decode.SKIPPABLE_NONREF_CODECS
+    pyav_decode.SKIPPABLE_NONREF_CODECS = frozenset()
+    try:
+        yield
+    finally:
+        pyav_decode.SKIPPABLE_NONREF_CODECS = saved
+
+
+@contextmanager
 def decode_budget_lifted() -> Iterator[None]:
     name = "VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES"
     saved = os.environ.get(name)
@@ -122,8 +135,11 @@ def path_call(path: str, data: bytes, frames: int) -> Callable[[], VideoMetadata
     def call() -> VideoMetadata:
         if path == "seek":
             return PyAVVideoBackend.load_bytes(data, num_frames=frames)[1]
+        if path == "no-skip":
+            with nonref_skip_disabled():
+                return PyAVVideoBackend.load_bytes(data, num_frames=frames)[1]
         if path == "decode-thru":
-            with seeking_disabled():
+            with seeking_disabled(), nonref_skip_disabled():
                 return PyAVVideoBackend.load_bytes(data, num_frames=frames)[1]
         with decode_budget_lifted():
             return PyAVVideoBackend.load_bytes(data, num_frames=-1)[1]
@@ -150,15 +166,16 @@ def measure(data: bytes, frames: int, paths: tuple[str, ...], repeat: int) -> di
 
 
 def gap_note(total: int, frames: int, interval: int, seek: PathResult, thru: PathResult) -> str:
-    """Why seeking did or did not pay on this clip, from the counts rather than the times."""
+    """Why seeking did or did not pay on this clip, from the counts rather than the times
+    (``seek`` here: the path that seeks without the non-reference skip)."""
     gap = (total - 1) / max(frames - 1, 1)
     if seek.decoded < thru.decoded:
         saved = thru.decoded - seek.decoded
         return f"{seek.seeks} seeks skipped {saved} of {thru.decoded} frames"
     return (
         f"NO SEEK: wanted frames are {gap:.1f} apart and keyframes {interval} apart, so no gap "
-        f"skips >= {pyav_decode.MIN_FRAMES_SKIPPED_BY_SEEK} frames past a keyframe; both paths "
-        f"decode the same frames and only noise separates them"
+        f"skips >= {pyav_decode.MIN_FRAMES_SKIPPED_BY_SEEK} frames past a keyframe; no-skip "
+        f"and decode-thru decode the same frames and only noise separates them"
     )
 
 
@@ -180,14 +197,14 @@ def main() -> None:
     )
     _charts.add_chart_argument(parser)
     args = parser.parse_args()
-    paths = PATHS if args.all_frames else PATHS[:2]
+    paths = PATHS if args.all_frames else PATHS[:3]
 
     cases: list[tuple[str, dict[str, PathResult]]] = []
     for seconds in args.seconds:
         for interval in args.keyframe_intervals:
             data = encode_clip(seconds, args.height, interval)
             results = measure(data, args.frames, paths, args.repeat)
-            seek, thru = results["seek"], results["decode-thru"]
+            seek, no_skip, thru = results["seek"], results["no-skip"], results["decode-thru"]
             _, metadata = PyAVVideoBackend.load_bytes(data, num_frames=args.frames)
             total = int(metadata["total_num_frames"])
             print(
@@ -201,27 +218,34 @@ def main() -> None:
                     f"  {path:<11} {result.median * 1e3:8.1f} ms  decoded {result.decoded:5d} "
                     f"frames, {result.seeks:3d} seeks{ratio}"
                 )
-            print(f"  {gap_note(total, args.frames, interval, seek, thru)}")
+            print(f"  {gap_note(total, args.frames, interval, no_skip, thru)}")
+            print(
+                f"  the non-reference skip left {no_skip.decoded - seek.decoded} frames undecoded"
+            )
             cases.append((f"{seconds:g} s, keyframe\nevery {interval}", results))
     if args.chart:
-        series = {
-            "seek (mediaref)": [r["seek"].median for _, r in cases],
-            "decode through (seeking off)": [r["decode-thru"].median for _, r in cases],
+        names = {
+            "seek + skip (mediaref)": "seek",
+            "seek, skip off": "no-skip",
+            "decode through (both off)": "decode-thru",
         }
+        series = {name: [r[path].median for _, r in cases] for name, path in names.items()}
         labels = {
-            "seek (mediaref)": [
-                f"{_charts.format_seconds(r['seek'].median)}\n{r['seek'].decoded} fr"
-                for _, r in cases
-            ],
-            "decode through (seeking off)": [
-                f"{_charts.format_seconds(r['decode-thru'].median)}\n{r['decode-thru'].decoded} fr"
-                for _, r in cases
-            ],
+            name: [
+                f"{_charts.format_seconds(r[path].median)}\n{r[path].decoded} fr" for _, r in cases
+            ]
+            for name, path in names.items()
         }
         _charts.grouped_bars(
             args.chart,
             title=f"Sampling {args.frames} frames from a {args.height}p H.264 clip",
-            ratio_caption="decode-through time / seek time; 'fr' = frames decoded",
+            ratios=[
+                f"{r['no-skip'].median / r['seek'].median:.2f}x, "
+                f"{r['decode-thru'].median / r['seek'].median:.2f}x"
+                for _, r in cases
+            ],
+            ratio_caption="skip off, then decode through, over mediaref's time; "
+            "'fr' = frames decoded",
             groups=[name for name, _ in cases],
             series=series,
             bar_labels=labels,
