@@ -63,6 +63,19 @@ def painted_indices(frames: np.ndarray) -> list[int]:
     return [read_frame_index(frame) for frame in frames]
 
 
+def chosen_frames(wanted: list[int]) -> type[PyAVVideoBackend]:
+    """The PyAV loader sampling exactly ``wanted`` (the sampling rule is a loader's hook)."""
+
+    class ChosenFrames(PyAVVideoBackend):
+        @classmethod
+        def compute_frames_index_to_sample(
+            cls, source: Any, target: Any, **kwargs: Any
+        ) -> list[int]:
+            return list(wanted)
+
+    return ChosenFrames
+
+
 # --- frames and metadata --------------------------------------------------------------------
 
 
@@ -171,6 +184,17 @@ def test_unwanted_h264_nonreference_frames_are_not_decoded(
     np.testing.assert_array_equal(unskipped, frames)
 
 
+def test_wanted_frames_right_after_a_seek_are_decoded() -> None:
+    """The skip is the codec's state, not a generator's: after a seek from a run of unwanted
+    frames, a keyframe and the non-reference frames after it that are all wanted must decode."""
+    data = make_clip("h264_bframes", "mp4", num_frames=120, keyframe_interval=30)
+    wanted = [0, *range(60, 70)]  # frames 1..59 unwanted, then a seek to keyframe 60
+
+    frames, metadata = chosen_frames(wanted).load_bytes(data, num_frames=len(wanted))
+
+    assert painted_indices(frames) == metadata["frames_indices"] == wanted
+
+
 def test_the_counting_fallback_decodes_every_frame_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -202,14 +226,7 @@ def test_a_gap_is_seeked_over_exactly_when_it_skips_enough_frames() -> None:
     for kept in (last, last + 1):
         wanted = [0, kept, target]
 
-        class ChosenFrames(PyAVVideoBackend):  # the sampling rule is a loader's hook
-            @classmethod
-            def compute_frames_index_to_sample(
-                cls, source: Any, target: Any, wanted: list[int] = wanted, **kwargs: Any
-            ) -> list[int]:
-                return list(wanted)
-
-        frames, metadata = ChosenFrames.load_bytes(data, num_frames=3)
+        frames, metadata = chosen_frames(wanted).load_bytes(data, num_frames=3)
         assert painted_indices(frames) == metadata["frames_indices"] == wanted
         decoded[kept] = metadata["num_decoded_frames"]
 

@@ -60,6 +60,7 @@ class FrameDecoder:
         # payload builds the same index again, after the previous one was freed.
         first = self._opens == 0
         self._opens += 1
+        self._skipping = False  # a new codec context decodes every frame
         return self._opened.enter_context(
             open_video_stream(self._data, max_pixels=self.max_pixels, charge_index=first)
         )
@@ -90,14 +91,14 @@ class FrameDecoder:
         """Frames from the demuxer's current position (the start, on a fresh open) to the end."""
         codec_context = self.stream.codec_context
         kept = self._kept_pts if codec_context.name in SKIPPABLE_NONREF_CODECS else None
-        skipping = False
         for packet in self.container.demux(self.stream):
-            if kept is not None:
-                # Per packet: frame threads take the setting with the packet they are handed.
-                skip = packet.pts is not None and packet.pts not in kept
-                if skip != skipping:
-                    codec_context.skip_frame = "NONREF" if skip else "DEFAULT"
-                    skipping = skip
+            # Per packet: frame threads take the setting with the packet they are handed. The
+            # setting outlives this generator (a seek keeps the codec context), so it is tracked
+            # on the decoder, not here.
+            skip = kept is not None and packet.pts is not None and packet.pts not in kept
+            if skip != self._skipping:
+                codec_context.skip_frame = "NONREF" if skip else "DEFAULT"
+                self._skipping = skip
             try:
                 # The empty packet at the end flushes the frames the codec still holds.
                 decoded = packet.decode()
@@ -189,8 +190,9 @@ def decode_by_timestamp(
     Frame ``i`` is the frame presented at ``index.frame_pts[i]``: exactly frame ``i`` of a
     sequential decode. If it cannot be decoded, the next frame that is decoded stands in for it,
     under its own index. Unwanted non-reference frames of H.264 are not decoded
-    (:meth:`FrameDecoder.skip_unkept_nonref`). Decoding starts from a fresh open of the payload (indexing left
-    the demuxer at the end) and seeks only where a keyframe lets it skip enough frames.
+    (:meth:`FrameDecoder.skip_unkept_nonref`). Decoding starts from a fresh open of the payload
+    (indexing left the demuxer at the end) and seeks only where a keyframe lets it skip enough
+    frames.
 
     A payload whose seeks never land (timestamps the demuxer cannot find again) would otherwise
     be decoded from its start once per wanted frame; after the first such fallback the rest is
