@@ -209,3 +209,35 @@ def make_renderer() -> Iterator[Callable[[Any], BaseRenderer]]:
     yield make
     for renderer in made:
         renderer.shutdown()
+
+
+# --- the fused vision path ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def torch_resize(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused path on torch's resize kernel, then the rows: its path where the native resize
+    does not give torch's bytes."""
+    from mediaref.models import _qwen2_vl_fused as fused
+
+    monkeypatch.setattr(fused, "resize_in_rows", lambda: False)
+
+
+@pytest.fixture
+def native_resize(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused path on the native resize + rows pass, its default where
+    :func:`~mediaref.models._patch_rows.resize_in_rows` holds (skipped where it does not, which
+    ``test_patch_rows_native.py`` refuses on x86-64)."""
+    from mediaref.models import _patch_rows
+    from mediaref.models import _qwen2_vl_fused as fused
+
+    if not _patch_rows.resize_in_rows():
+        pytest.skip("the native resize does not give torch's bytes here")
+    monkeypatch.setattr(fused, "resize_in_rows", lambda: True)
+
+
+@pytest.fixture(params=["native_resize", "torch_resize"])
+def resize_path(request: pytest.FixtureRequest) -> str:
+    """Each of the fused path's two resizes in turn (:func:`native_resize`, :func:`torch_resize`)."""
+    request.getfixturevalue(request.param)
+    return str(request.param)

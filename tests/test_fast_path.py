@@ -81,6 +81,7 @@ def test_scikit_image_ships_enough_real_images() -> None:
     assert len(real_images()) >= 20
 
 
+@pytest.mark.usefixtures("resize_path")
 @pytest.mark.parametrize("kwargs", NORMALIZE_MODES)
 @pytest.mark.parametrize(
     "path", [pytest.param(p, id=p.name) for p in real_images() + grace_hopper()]
@@ -113,12 +114,14 @@ MODES = ["RGB", "L", "LA", "P", "P+transparency", "RGBA", "CMYK", "I;16", "I", "
 ODD_SIZES = [(1, 1), (3, 3), (27, 1000), (4000, 30), (1009, 1013), (200, 1), (28, 28)]
 
 
+@pytest.mark.usefixtures("resize_path")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("size", ODD_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_odd_sizes_and_modes_are_bit_exact(size: tuple[int, int], mode: str) -> None:
     assert_image_exact(generated(mode, *size), RAW)
 
 
+@pytest.mark.usefixtures("resize_path")
 @pytest.mark.parametrize("mode", ["RGBA", "I;16", "CMYK"])
 def test_modes_are_bit_exact_when_normalized(mode: str) -> None:
     assert_image_exact(generated(mode, 97, 61), {})
@@ -148,6 +151,7 @@ def test_min_and_max_pixels_are_honoured_exactly(pixels: dict[str, int]) -> None
     assert torch.equal(rows, expected["pixel_values_videos"])
 
 
+@pytest.mark.usefixtures("resize_path")
 def test_a_large_prime_sized_image_is_bit_exact() -> None:
     # 4001 x 3001 is over max_pixels' 12.8 MP: smart_resize shrinks it.
     assert_image_exact(generated("RGB", 4001, 3001), RAW)
@@ -202,6 +206,7 @@ def clip_frames(count: int, height: int, width: int) -> np.ndarray:
     return rng.integers(0, 256, (count, height, width, 3), dtype=np.uint8)
 
 
+@pytest.mark.usefixtures("resize_path")
 @pytest.mark.parametrize("kwargs", NORMALIZE_MODES)
 @pytest.mark.parametrize("count", [1, 4, 5])
 def test_video_frames_are_bit_exact(count: int, kwargs: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ made band by band on the executor. Every cut gives the bytes of the uncut path, 
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -148,6 +149,7 @@ OUTPUTS = [
 ]
 
 
+@pytest.mark.usefixtures("resize_path")
 @pytest.mark.parametrize(("kwargs", "dtype"), OUTPUTS)
 @pytest.mark.parametrize("size", [(90, 60), (333, 517), (1931, 1079), (29, 1000)])
 @pytest.mark.parametrize("pieces", [1, 2, 3, 64])
@@ -171,7 +173,8 @@ def test_any_cut_gives_hf_bytes(
     assert [list(grid)] == expected["image_grid_thw"].tolist()
 
 
-def test_a_lone_image_is_cut_on_the_executor(
+@pytest.mark.usefixtures("torch_resize")
+def test_with_torch_s_resize_a_lone_image_is_cut_on_the_executor(
     pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, image, target = raw_case()
@@ -195,31 +198,66 @@ def test_a_lone_image_is_cut_on_the_executor(
     assert torch.equal(rows, fused.image_rows(image, target, settings)[0])
 
 
-def test_a_failing_band_surfaces_after_every_band_finished(
+@pytest.mark.usefixtures("native_resize")
+def test_with_the_native_resize_a_lone_image_is_cut_on_the_executor(
     pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, image, target = raw_case()
-    original = fused.write_patch_rows
+    seen: list[tuple[str, tuple[int, int]]] = []
+    original = fused.write_resized_patch_rows
+
+    def recording(*args: Any, blocks: tuple[int, int], **kwargs: Any) -> None:
+        seen.append((threading.current_thread().name, blocks))
+        original(*args, blocks=blocks, **kwargs)
+
+    monkeypatch.setattr(fused, "write_resized_patch_rows", recording)
+    [(rows, _)] = fused.fused_rows(
+        [image], [target], settings, video=False, executor=pool, pieces=4
+    )
+    # One call a piece (uint8 rows): the first on the caller's thread, three on the executor,
+    # together every block (merged-patch row) once.
+    caller = threading.current_thread().name
+    assert sorted(name.startswith("test-bands") for name, _ in seen) == [False, True, True, True]
+    assert {name for name, _ in seen} - {caller} <= {f"test-bands_{i}" for i in range(4)}
+    blocks = sorted(cut for _, cut in seen)
+    assert blocks[0][0] == 0 and blocks[-1][1] == target[0] // 28
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(blocks))
+    monkeypatch.setattr(fused, "write_resized_patch_rows", original)
+    assert torch.equal(rows, fused.image_rows(image, target, settings)[0])
+
+
+@pytest.mark.parametrize("resize", ["torch_resize", "native_resize"])
+def test_a_failing_band_surfaces_after_every_band_finished(
+    pool: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    resize: str,
+) -> None:
+    request.getfixturevalue(resize)
+    settings, image, target = raw_case()
+    name = "write_patch_rows" if resize == "torch_resize" else "write_resized_patch_rows"
+    original = getattr(fused, name)
     finished: list[int] = []
     calls: list[int] = []
     lock = threading.Lock()
 
-    def first_fails(pixels: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    def first_fails(*args: Any, **kwargs: Any) -> None:
         with lock:
             calls.append(1)
             first = len(calls) == 1
         if first:
             raise RuntimeError("first band fails")
         time.sleep(0.05)  # still running when the first one fails
-        original(pixels, *args, **kwargs)
-        finished.append(pixels.shape[2])
+        original(*args, **kwargs)
+        finished.append(1)
 
-    monkeypatch.setattr(fused, "write_patch_rows", first_fails)
+    monkeypatch.setattr(fused, name, first_fails)
     with pytest.raises(RuntimeError, match="first band fails"):
         fused.image_rows(image, target, settings, executor=pool, pieces=3)
     assert len(finished) == 2  # the two other bands ran to the end before the error surfaced
 
 
+@pytest.mark.usefixtures("resize_path")
 @pytest.mark.parametrize("pieces", [1, 2])
 def test_the_smallest_bands_give_the_same_bytes(
     pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch, pieces: int

@@ -5,6 +5,7 @@ error surfaces, and a call from a pool thread never waits on the pool."""
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -50,6 +51,7 @@ def clip(count: int, height: int = 61, width: int = 87) -> np.ndarray:
 )
 @pytest.mark.parametrize("count", [1, 2, 3, 5, 8, 9])
 @pytest.mark.parametrize("pieces", [1, 2, 3, 7])
+@pytest.mark.usefixtures("resize_path")
 def test_any_cut_gives_hf_bytes(
     pool: ThreadPoolExecutor,
     count: int,
@@ -71,12 +73,20 @@ def test_any_cut_gives_hf_bytes(
     assert [list(grid)] == expected["video_grid_thw"].tolist()
 
 
-def test_a_single_video_is_cut_on_the_executor(pool: ThreadPoolExecutor) -> None:
+def raw_clip(count: int) -> tuple[fused.FusedVisionSettings, np.ndarray, tuple[int, int]]:
     settings = fused.video_settings(video_processor(), {**RAW, "do_sample_frames": False})
     assert settings is not None
-    frames = clip(8)
+    frames = clip(count)
     target = fused.video_target(frames, settings)
     assert target is not None
+    return settings, frames, target
+
+
+@pytest.mark.usefixtures("torch_resize")
+def test_with_torch_s_resize_a_single_video_is_cut_on_the_executor(
+    pool: ThreadPoolExecutor,
+) -> None:
+    settings, frames, target = raw_clip(8)
     seen: list[str] = []
     original = fused.resize_frames
 
@@ -96,12 +106,37 @@ def test_a_single_video_is_cut_on_the_executor(pool: ThreadPoolExecutor) -> None
     assert torch.equal(rows, fused.video_rows(frames, target, settings)[0])
 
 
-def test_a_failing_piece_surfaces_after_every_piece_finished(pool: ThreadPoolExecutor) -> None:
-    settings = fused.video_settings(video_processor(), {**RAW, "do_sample_frames": False})
-    assert settings is not None
-    frames = clip(8)
-    target = fused.video_target(frames, settings)
-    assert target is not None
+@pytest.mark.usefixtures("native_resize")
+def test_with_the_native_resize_a_single_video_is_cut_on_the_executor(
+    pool: ThreadPoolExecutor,
+) -> None:
+    settings, frames, target = raw_clip(8)
+    seen: list[tuple[str, tuple[int, int]]] = []
+    original = fused.write_resized_patch_rows
+
+    def recording(*args: Any, blocks: tuple[int, int], **kwargs: Any) -> None:
+        seen.append((threading.current_thread().name, blocks))
+        original(*args, blocks=blocks, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fused, "write_resized_patch_rows", recording)
+        [(rows, _)] = fused.fused_rows(
+            [frames], [target], settings, video=True, executor=pool, pieces=4
+        )
+    # One call a piece, the first on the caller's thread; together every block of every group.
+    assert len(seen) == 4
+    assert [name for name, _ in seen].count(threading.current_thread().name) == 1
+    blocks = sorted(cut for _, cut in seen)
+    assert blocks[0][0] == 0 and blocks[-1][1] == 4 * target[0] // 28
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(blocks))
+    assert torch.equal(rows, fused.video_rows(frames, target, settings)[0])
+
+
+@pytest.mark.usefixtures("torch_resize")
+def test_with_torch_s_resize_a_failing_piece_surfaces_after_every_piece_finished(
+    pool: ThreadPoolExecutor,
+) -> None:
+    settings, frames, target = raw_clip(8)
     original = fused.resize_frames
     finished: list[int] = []
 
@@ -118,6 +153,28 @@ def test_a_failing_piece_surfaces_after_every_piece_finished(pool: ThreadPoolExe
         with pytest.raises(RuntimeError, match="first piece fails"):
             fused.video_rows(frames, target, settings, executor=pool, pieces=4)
     assert sum(finished) == 6  # the three other pieces of two frames each ran to the end
+
+
+@pytest.mark.usefixtures("native_resize")
+def test_with_the_native_resize_a_failing_piece_surfaces_after_every_piece_finished(
+    pool: ThreadPoolExecutor,
+) -> None:
+    settings, frames, target = raw_clip(8)
+    original = fused.write_resized_patch_rows
+    finished: list[tuple[int, int]] = []
+
+    def flaky(*args: Any, blocks: tuple[int, int], **kwargs: Any) -> None:
+        if blocks[0] == 0:
+            raise RuntimeError("first piece fails")
+        time.sleep(0.05)  # the others are still running when the first one fails
+        original(*args, blocks=blocks, **kwargs)
+        finished.append(blocks)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fused, "write_resized_patch_rows", flaky)
+        with pytest.raises(RuntimeError, match="first piece fails"):
+            fused.video_rows(frames, target, settings, executor=pool, pieces=4)
+    assert len(finished) == 3  # the three other pieces ran to the end
 
 
 def test_from_a_media_pool_thread_a_video_is_not_cut() -> None:

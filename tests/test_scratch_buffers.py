@@ -85,6 +85,7 @@ def test_channels_last_views_the_buffer() -> None:
         assert view.data_ptr() == buffer.data_ptr()
 
 
+@pytest.mark.usefixtures("torch_resize")  # the native pass leases nothing: the next test
 def test_the_fused_path_returns_what_it_leased(monkeypatch: pytest.MonkeyPatch) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -126,3 +127,39 @@ def test_the_fused_path_returns_what_it_leased(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(RuntimeError, match="band fails"):
         fused.image_rows(image, target, settings)
     assert scratch.idle_bytes() == before
+
+
+@pytest.mark.usefixtures("native_resize")
+def test_the_native_resize_leases_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its resized rows live in a small per-call window in cache, never a whole resized frame."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers import AutoImageProcessor, AutoVideoProcessor
+
+    from mediaref.models import _qwen2_vl_fused as fused
+    from mediaref.models.builtin import builtin_model_path
+
+    path = str(builtin_model_path("qwen2_vl"))
+    raw = {"do_rescale": False, "do_normalize": False}
+    settings = fused.image_settings(AutoImageProcessor.from_pretrained(path), raw)
+    video_settings = fused.video_settings(
+        AutoVideoProcessor.from_pretrained(path), {**raw, "do_sample_frames": False}
+    )
+    assert settings is not None and video_settings is not None
+    rng = np.random.default_rng(0)
+    image = Image.fromarray(rng.integers(0, 256, (300, 400, 3), dtype=np.uint8))
+    frames = rng.integers(0, 256, (4, 61, 87, 3), dtype=np.uint8)
+    target, video_target = (
+        fused.image_target(image, settings),
+        fused.video_target(frames, video_settings),
+    )
+    assert target is not None and video_target is not None
+
+    def no_lease(nbytes: int) -> None:
+        raise AssertionError("the native pass leases no scratch buffer")
+
+    monkeypatch.setattr(scratch, "lease", no_lease)
+    with ThreadPoolExecutor(2) as executor:
+        fused.image_rows(image, target, settings, executor=executor, pieces=2)
+        fused.video_rows(frames, video_target, video_settings, executor=executor, pieces=2)
+    assert scratch.idle_bytes() == 0

@@ -19,6 +19,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_aa_resize.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -99,58 +101,267 @@ fill_cells(uint8_t *dst, const uint8_t *planes, Py_ssize_t plane_bytes, int chan
     }
 }
 
+/* One merged-patch row ("block") of one frame: its `merge * patch` pixel rows, rows[y] each
+ * `width` pixels of `pixel_bytes`, written as the block's patch rows into temporal slot `slot`
+ * of `block_out` (and the `copies - 1` slots after it). `planes`: channels x (merge * patch) x
+ * width bytes of scratch. */
+static void
+write_block(const uint8_t *const *rows, Py_ssize_t width, int pixel_bytes, int channels,
+            Py_ssize_t patch, Py_ssize_t merge, Py_ssize_t temporal, Py_ssize_t slot,
+            Py_ssize_t copies, uint8_t *planes, uint8_t *block_out)
+{
+    const Py_ssize_t band = merge * patch;
+    const Py_ssize_t area = patch * patch;
+    const Py_ssize_t row_bytes = channels * temporal * area;
+    const Py_ssize_t rows_per_block = (width / band) * merge * merge;
+    const Py_ssize_t plane_bytes = band * width;
+    uint8_t *channel_rows[MAX_CHANNELS];
+    /* The block's pixel rows split into channel rows, in cache while read back. */
+    for (Py_ssize_t y = 0; y < band; y++) {
+        for (int c = 0; c < channels; c++) {
+            channel_rows[c] = planes + c * plane_bytes + y * width;
+        }
+        split_pixels(rows[y], width, pixel_bytes, channels, channel_rows);
+    }
+    /* The block's patch rows in order, each written whole before the next. */
+    for (Py_ssize_t row = 0; row < rows_per_block; row++) {
+        const Py_ssize_t block_w = row / (merge * merge);
+        const Py_ssize_t merge_h = (row / merge) % merge, merge_w = row % merge;
+        fill_cells(block_out + row * row_bytes + slot * area, planes, plane_bytes, channels,
+                   patch, temporal, merge_h * patch, (block_w * merge + merge_w) * patch, width,
+                   copies);
+    }
+}
+
+/* What both entry points share: the pixels, the sizes and the output. */
 typedef struct {
     const uint8_t *src;
     Py_ssize_t frames, height, width;
     int pixel_bytes, channels, patch, merge, temporal;
     uint8_t *out;
-    uint8_t *planes; /* channels x (merge * patch) x width: one merged-patch row's channels */
 } Job;
 
-static void
-write_rows(const Job *job)
+static Py_ssize_t
+group_count(const Job *job)
 {
-    const Py_ssize_t patch = job->patch, merge = job->merge, temporal = job->temporal;
-    const Py_ssize_t width = job->width, height = job->height;
-    const Py_ssize_t band = merge * patch; /* pixel rows of one merged-patch row */
-    const Py_ssize_t blocks_h = height / band, blocks_w = width / band;
-    const Py_ssize_t groups = (job->frames + temporal - 1) / temporal;
-    const Py_ssize_t area = patch * patch;
-    const Py_ssize_t row_bytes = job->channels * temporal * area;
-    const Py_ssize_t rows_per_block = blocks_w * merge * merge;
-    const Py_ssize_t source_row_bytes = width * job->pixel_bytes;
-    const Py_ssize_t plane_bytes = band * width;
-    uint8_t *channel_rows[MAX_CHANNELS];
+    return (job->frames + job->temporal - 1) / job->temporal;
+}
 
-    for (Py_ssize_t group = 0; group < groups; group++) {
-        const Py_ssize_t real = Py_MIN(temporal, job->frames - group * temporal);
+/* Bytes of one block's patch rows, for an image `width` pixels wide. */
+static Py_ssize_t
+block_bytes(const Job *job, Py_ssize_t width)
+{
+    const Py_ssize_t band = (Py_ssize_t)job->merge * job->patch;
+    return (width / band) * job->merge * job->merge * job->channels * job->temporal *
+           job->patch * job->patch;
+}
+
+/* The frames of a group's `slot`, and how many slots it fills (the last frame of a short
+ * group also fills the slots that repeat it); 0 for a slot past the last frame. */
+static Py_ssize_t
+slot_copies(const Job *job, Py_ssize_t group, Py_ssize_t slot)
+{
+    const Py_ssize_t real = Py_MIN(job->temporal, job->frames - group * job->temporal);
+    if (slot >= real) {
+        return 0;
+    }
+    return slot == real - 1 ? job->temporal - slot : 1;
+}
+
+static void
+write_rows(const Job *job, uint8_t *planes, const uint8_t **rows)
+{
+    const Py_ssize_t band = (Py_ssize_t)job->merge * job->patch;
+    const Py_ssize_t blocks_h = job->height / band;
+    const Py_ssize_t source_row_bytes = job->width * job->pixel_bytes;
+
+    for (Py_ssize_t group = 0; group < group_count(job); group++) {
         for (Py_ssize_t block_h = 0; block_h < blocks_h; block_h++) {
-            uint8_t *block = job->out + ((group * blocks_h + block_h) * rows_per_block) * row_bytes;
-            for (Py_ssize_t slot = 0; slot < real; slot++) {
-                const Py_ssize_t frame = group * temporal + slot;
-                /* The last frame of a short group also fills the slots that repeat it. */
-                const Py_ssize_t copies = slot == real - 1 ? temporal - slot : 1;
-                /* The block's pixel rows split into channel rows, in cache while read back. */
+            uint8_t *block = job->out + (group * blocks_h + block_h) * block_bytes(job, job->width);
+            for (Py_ssize_t slot = 0; slot < job->temporal; slot++) {
+                const Py_ssize_t copies = slot_copies(job, group, slot);
+                if (copies == 0) {
+                    break;
+                }
+                const Py_ssize_t frame = group * job->temporal + slot;
                 for (Py_ssize_t y = 0; y < band; y++) {
-                    for (int c = 0; c < job->channels; c++) {
-                        channel_rows[c] = job->planes + c * plane_bytes + y * width;
-                    }
-                    split_pixels(
-                        job->src + (frame * height + block_h * band + y) * source_row_bytes,
-                        width, job->pixel_bytes, job->channels, channel_rows);
+                    rows[y] = job->src + (frame * job->height + block_h * band + y) * source_row_bytes;
                 }
-                /* The block's patch rows in order, each written whole before the next. */
-                for (Py_ssize_t row = 0; row < rows_per_block; row++) {
-                    const Py_ssize_t block_w = row / (merge * merge);
-                    const Py_ssize_t merge_h = (row / merge) % merge, merge_w = row % merge;
-                    fill_cells(block + row * row_bytes + slot * area, job->planes, plane_bytes,
-                               job->channels, patch, temporal, merge_h * patch,
-                               (block_w * merge + merge_w) * patch, width, copies);
-                }
+                write_block(rows, job->width, job->pixel_bytes, job->channels, job->patch,
+                            job->merge, job->temporal, slot, copies, planes, block);
             }
         }
     }
 }
+
+/* ---- resize + patch rows, a block at a time ------------------------------------------ */
+
+/* The state of one resize_patch_rows call: both axes' weights and the buffers a block needs,
+ * all small enough to stay in cache (a 1080p image: ~0.6 MB). */
+typedef struct {
+    AxisWeights across, down; /* the width's weights (horizontal pass), the height's */
+    int resize_width, resize_height;
+    Py_ssize_t out_height, out_width, out_row_bytes;
+    Py_ssize_t span;       /* the most input rows one block's vertical pass reads */
+    uint8_t *windows;      /* per temporal slot: `span` horizontally resized rows */
+    Py_ssize_t *window_frame, *window_first, *window_stop; /* per slot: what it holds */
+    uint8_t *band_pixels;  /* the block's resized rows */
+    uint8_t *planes;       /* write_block's scratch */
+    const uint8_t **rows;  /* the block's resized rows, as write_block reads them */
+    const uint8_t **taps;  /* one output row's input rows, as the vertical pass reads them */
+    const uint8_t **src_rows;
+    uint8_t **dst_rows;
+} Resizer;
+
+/* Input rows the vertical pass reads for output row y: [down.start[y], this). */
+static Py_ssize_t
+down_stop(const Resizer *rz, Py_ssize_t y)
+{
+    return Py_MIN(rz->down.start[y] + rz->down.taps, rz->down.in_size);
+}
+
+static void
+resizer_free(Resizer *rz)
+{
+    aa_axis_free(&rz->across);
+    aa_axis_free(&rz->down);
+    PyMem_RawFree(rz->windows);
+    PyMem_RawFree(rz->window_frame);
+    PyMem_RawFree(rz->band_pixels);
+    PyMem_RawFree(rz->planes);
+    PyMem_RawFree(rz->rows);
+}
+
+/* 0, or -1 when out of memory (everything allocated is freed by resizer_free either way). */
+static int
+resizer_init(Resizer *rz, const Job *job, Py_ssize_t out_height, Py_ssize_t out_width)
+{
+    const Py_ssize_t band = (Py_ssize_t)job->merge * job->patch;
+    memset(rz, 0, sizeof(*rz));
+    rz->out_height = out_height;
+    rz->out_width = out_width;
+    rz->out_row_bytes = out_width * job->pixel_bytes;
+    rz->resize_width = out_width != job->width;
+    rz->resize_height = out_height != job->height;
+    if ((rz->resize_width && aa_axis_weights(&rz->across, job->width, out_width, 1) < 0) ||
+        (rz->resize_height && aa_axis_weights(&rz->down, job->height, out_height, 0) < 0)) {
+        return -1;
+    }
+    rz->span = band;
+    if (rz->resize_height) {
+        for (Py_ssize_t y0 = 0; y0 < out_height; y0 += band) {
+            Py_ssize_t stop = 0;
+            for (Py_ssize_t y = y0; y < y0 + band; y++) {
+                stop = Py_MAX(stop, down_stop(rz, y));
+            }
+            rz->span = Py_MAX(rz->span, stop - rz->down.start[y0]);
+        }
+    }
+    const size_t pointers = (size_t)(band + rz->down.taps + 2 * rz->span);
+    rz->rows = PyMem_RawMalloc(pointers * sizeof(void *));
+    rz->window_frame = PyMem_RawMalloc(3 * (size_t)job->temporal * sizeof(Py_ssize_t));
+    rz->band_pixels = PyMem_RawMalloc((size_t)band * (size_t)rz->out_row_bytes);
+    rz->planes = PyMem_RawMalloc((size_t)job->channels * (size_t)band * (size_t)out_width);
+    if (rz->resize_width) {
+        rz->windows = PyMem_RawMalloc((size_t)job->temporal * (size_t)rz->span *
+                                      (size_t)rz->out_row_bytes);
+    }
+    if (rz->rows == NULL || rz->window_frame == NULL || rz->band_pixels == NULL ||
+        rz->planes == NULL || (rz->resize_width && rz->windows == NULL)) {
+        return -1;
+    }
+    rz->taps = rz->rows + band;
+    rz->src_rows = rz->taps + rz->down.taps;
+    rz->dst_rows = (uint8_t **)(rz->src_rows + rz->span);
+    rz->window_first = rz->window_frame + job->temporal;
+    rz->window_stop = rz->window_first + job->temporal;
+    for (Py_ssize_t slot = 0; slot < job->temporal; slot++) {
+        rz->window_frame[slot] = -1; /* holds nothing yet */
+    }
+    return 0;
+}
+
+/* Input rows [first, stop) of `frame`, resized across: pointers into the frame itself when the
+ * width does not change, else rows of the slot's window, which keeps what the previous block
+ * of the same frame computed (consecutive blocks share a few rows) and resizes the rest. The
+ * returned pointer is row `first`; rows follow every `*stride` bytes. */
+static const uint8_t *
+across_rows(Resizer *rz, const Job *job, Py_ssize_t frame, Py_ssize_t slot, Py_ssize_t first,
+            Py_ssize_t stop, Py_ssize_t *stride)
+{
+    const Py_ssize_t in_row_bytes = job->width * job->pixel_bytes;
+    const uint8_t *frame_pixels = job->src + frame * job->height * in_row_bytes;
+    if (!rz->resize_width) {
+        *stride = in_row_bytes;
+        return frame_pixels + first * in_row_bytes;
+    }
+    uint8_t *window = rz->windows + slot * rz->span * rz->out_row_bytes;
+    Py_ssize_t kept_stop = first; /* rows [first, kept_stop) are in the window already */
+    if (rz->window_frame[slot] == frame && rz->window_first[slot] <= first &&
+        first < rz->window_stop[slot]) {
+        kept_stop = Py_MIN(rz->window_stop[slot], stop);
+        memmove(window, window + (first - rz->window_first[slot]) * rz->out_row_bytes,
+                (size_t)((kept_stop - first) * rz->out_row_bytes));
+    }
+    for (Py_ssize_t y = kept_stop; y < stop; y++) {
+        rz->src_rows[y - kept_stop] = frame_pixels + y * in_row_bytes;
+        rz->dst_rows[y - kept_stop] = window + (y - first) * rz->out_row_bytes;
+    }
+    aa_horizontal(rz->src_rows, rz->dst_rows, stop - kept_stop, job->pixel_bytes, &rz->across);
+    rz->window_frame[slot] = frame;
+    rz->window_first[slot] = first;
+    rz->window_stop[slot] = stop;
+    *stride = rz->out_row_bytes;
+    return window;
+}
+
+/* Blocks [first, stop) of the resized frames (counted over groups, then block rows), written as
+ * their patch rows into job->out, which holds exactly those blocks' rows. */
+static void
+resize_rows(const Job *job, Resizer *rz, Py_ssize_t first, Py_ssize_t stop)
+{
+    const Py_ssize_t band = (Py_ssize_t)job->merge * job->patch;
+    const Py_ssize_t blocks_h = rz->out_height / band;
+    const Py_ssize_t out_block_bytes = block_bytes(job, rz->out_width);
+    for (Py_ssize_t unit = first; unit < stop; unit++) {
+        const Py_ssize_t group = unit / blocks_h, y0 = (unit % blocks_h) * band;
+        uint8_t *block = job->out + (unit - first) * out_block_bytes;
+        for (Py_ssize_t slot = 0; slot < job->temporal; slot++) {
+            const Py_ssize_t copies = slot_copies(job, group, slot);
+            if (copies == 0) {
+                break;
+            }
+            const Py_ssize_t frame = group * job->temporal + slot;
+            Py_ssize_t in_first = y0, in_stop = y0 + band, stride;
+            if (rz->resize_height) {
+                in_first = rz->down.start[y0];
+                in_stop = 0;
+                for (Py_ssize_t y = y0; y < y0 + band; y++) {
+                    in_stop = Py_MAX(in_stop, down_stop(rz, y));
+                }
+            }
+            const uint8_t *across =
+                across_rows(rz, job, frame, slot, in_first, in_stop, &stride);
+            for (Py_ssize_t y = y0; y < y0 + band; y++) {
+                if (!rz->resize_height) {
+                    rz->rows[y - y0] = across + (y - in_first) * stride;
+                    continue;
+                }
+                const Py_ssize_t start = rz->down.start[y];
+                for (Py_ssize_t k = 0; k < down_stop(rz, y) - start; k++) {
+                    rz->taps[k] = across + (start + k - in_first) * stride;
+                }
+                uint8_t *resized = rz->band_pixels + (y - y0) * rz->out_row_bytes;
+                aa_vertical(rz->taps, rz->out_row_bytes, y, &rz->down, resized);
+                rz->rows[y - y0] = resized;
+            }
+            write_block(rz->rows, rz->out_width, job->pixel_bytes, job->channels, job->patch,
+                        job->merge, job->temporal, slot, copies, rz->planes, block);
+        }
+    }
+}
+
+/* ---- Python entry points ---------------------------------------------------------------- */
 
 static int
 checked_product(Py_ssize_t *result, const Py_ssize_t *factors, int count)
@@ -166,6 +377,37 @@ checked_product(Py_ssize_t *result, const Py_ssize_t *factors, int count)
     return 1;
 }
 
+/* Checks a job's arguments (ValueError, 0 when they do not fit); `height` and `width` are the
+ * rows' image size (the resized one for resize_patch_rows). Sets the pixel bytes expected and
+ * the output bytes of the whole frames' rows. */
+static int
+check_job(const char *name, const Job *job, Py_ssize_t height, Py_ssize_t width,
+          Py_ssize_t *expected_pixels, Py_ssize_t *rows_bytes)
+{
+    const Py_ssize_t band = (Py_ssize_t)job->patch * job->merge;
+    if (job->frames < 1 || job->height < 1 || job->width < 1 || height < 1 || width < 1 ||
+        (job->pixel_bytes != 3 && job->pixel_bytes != 4) || job->channels < 1 ||
+        job->channels > job->pixel_bytes || job->patch < 1 || job->merge < 1 ||
+        job->temporal < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: an argument out of range", name);
+        return 0;
+    }
+    if (height % band != 0 || width % band != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: height and width must be multiples of patch * merge",
+                     name);
+        return 0;
+    }
+    const Py_ssize_t pixel_factors[] = {job->frames, job->height, job->width, job->pixel_bytes};
+    const Py_ssize_t row_factors[] = {group_count(job), height / job->patch, width / job->patch,
+                                      job->channels, job->temporal, job->patch, job->patch};
+    if (!checked_product(expected_pixels, pixel_factors, 4) ||
+        !checked_product(rows_bytes, row_factors, 7)) {
+        PyErr_Format(PyExc_ValueError, "%s: sizes overflow", name);
+        return 0;
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(patch_rows_doc,
              "patch_rows(pixels, frames, height, width, pixel_bytes, channels, patch, merge, "
              "temporal, out)\n--\n\n"
@@ -178,39 +420,19 @@ static PyObject *
 patch_rows(PyObject *module, PyObject *args)
 {
     Py_buffer pixels, out;
-    Py_ssize_t frames, height, width;
-    int pixel_bytes, channels, patch, merge, temporal;
+    Job job;
     (void)module;
-    if (!PyArg_ParseTuple(args, "y*nnniiiiiw*:patch_rows", &pixels, &frames, &height, &width,
-                          &pixel_bytes, &channels, &patch, &merge, &temporal, &out)) {
+    if (!PyArg_ParseTuple(args, "y*nnniiiiiw*:patch_rows", &pixels, &job.frames, &job.height,
+                          &job.width, &job.pixel_bytes, &job.channels, &job.patch, &job.merge,
+                          &job.temporal, &out)) {
         return NULL;
     }
     PyObject *result = NULL;
     uint8_t *scratch = NULL;
-    Py_ssize_t row_count, expected_pixels, expected_out;
-    if (frames < 1 || height < 1 || width < 1 || (pixel_bytes != 3 && pixel_bytes != 4) ||
-        channels < 1 || channels > pixel_bytes || patch < 1 || merge < 1 || temporal < 1) {
-        PyErr_SetString(PyExc_ValueError, "patch_rows: an argument out of range");
+    const uint8_t **rows = NULL;
+    Py_ssize_t expected_pixels, expected_out;
+    if (!check_job("patch_rows", &job, job.height, job.width, &expected_pixels, &expected_out)) {
         goto done;
-    }
-    if (height % ((Py_ssize_t)patch * merge) != 0 || width % ((Py_ssize_t)patch * merge) != 0) {
-        PyErr_SetString(PyExc_ValueError,
-                        "patch_rows: height and width must be multiples of patch * merge");
-        goto done;
-    }
-    {
-        const Py_ssize_t groups = (frames + temporal - 1) / temporal;
-        const Py_ssize_t pixel_factors[] = {frames, height, width, pixel_bytes};
-        const Py_ssize_t row_factors[] = {groups, height / patch, width / patch};
-        const Py_ssize_t out_factors[] = {channels, temporal, patch, patch};
-        Py_ssize_t row_width;
-        if (!checked_product(&expected_pixels, pixel_factors, 4) ||
-            !checked_product(&row_count, row_factors, 3) ||
-            !checked_product(&row_width, out_factors, 4) ||
-            !checked_product(&expected_out, (Py_ssize_t[]){row_count, row_width}, 2)) {
-            PyErr_SetString(PyExc_ValueError, "patch_rows: sizes overflow");
-            goto done;
-        }
     }
     if (pixels.len != expected_pixels || out.len != expected_out) {
         PyErr_Format(PyExc_ValueError,
@@ -218,36 +440,129 @@ patch_rows(PyObject *module, PyObject *args)
                      expected_pixels, expected_out, pixels.len, out.len);
         goto done;
     }
-    scratch = PyMem_RawMalloc((size_t)channels * (size_t)merge * (size_t)patch * (size_t)width);
-    if (scratch == NULL) {
+    const size_t band = (size_t)job.merge * (size_t)job.patch;
+    scratch = PyMem_RawMalloc((size_t)job.channels * band * (size_t)job.width);
+    rows = PyMem_RawMalloc(band * sizeof(*rows));
+    if (scratch == NULL || rows == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    {
-        Job job = {pixels.buf, frames, height, width, pixel_bytes, channels, patch, merge,
-                   temporal, out.buf, scratch};
-        Py_BEGIN_ALLOW_THREADS
-        write_rows(&job);
-        Py_END_ALLOW_THREADS
-    }
+    job.src = pixels.buf;
+    job.out = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    write_rows(&job, scratch, rows);
+    Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
 done:
     PyMem_RawFree(scratch);
+    PyMem_RawFree(rows);
     PyBuffer_Release(&pixels);
     PyBuffer_Release(&out);
     return result;
 }
 
+PyDoc_STRVAR(resize_patch_rows_doc,
+             "resize_patch_rows(pixels, frames, height, width, pixel_bytes, channels, "
+             "out_height, out_width, patch, merge, temporal, first, stop, out)\n--\n\n"
+             "The patch rows of C-contiguous (frames, height, width, pixel_bytes) uint8 pixels "
+             "resized to (out_height, out_width) as torch's uint8 antialiased bicubic resize "
+             "does, without the resized frames ever being whole in memory: only blocks [first, "
+             "stop) (a block is one merged-patch row of one temporal group, counted group by "
+             "group) are written, into `out`, a writable C-contiguous buffer of exactly their "
+             "rows' bytes. ValueError for sizes that do not fit.");
+
+static PyObject *
+resize_patch_rows(PyObject *module, PyObject *args)
+{
+    Py_buffer pixels, out;
+    Job job;
+    Py_ssize_t out_height, out_width, first, stop;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*nnniinniiinnw*:resize_patch_rows", &pixels, &job.frames,
+                          &job.height, &job.width, &job.pixel_bytes, &job.channels, &out_height,
+                          &out_width, &job.patch, &job.merge, &job.temporal, &first, &stop,
+                          &out)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Resizer rz;
+    int resizer_ready = 0;
+    Py_ssize_t expected_pixels, all_rows_bytes;
+    if (!check_job("resize_patch_rows", &job, out_height, out_width, &expected_pixels,
+                   &all_rows_bytes)) {
+        goto done;
+    }
+    const Py_ssize_t blocks = group_count(&job) * (out_height / ((Py_ssize_t)job.merge * job.patch));
+    if (first < 0 || stop < first || stop > blocks) {
+        PyErr_Format(PyExc_ValueError, "resize_patch_rows: blocks [%zd, %zd) not within [0, %zd)",
+                     first, stop, blocks);
+        goto done;
+    }
+    const Py_ssize_t expected_out = (stop - first) * (all_rows_bytes / blocks);
+    if (pixels.len != expected_pixels || out.len != expected_out) {
+        PyErr_Format(PyExc_ValueError,
+                     "resize_patch_rows: expected %zd pixel bytes and %zd output bytes, got %zd "
+                     "and %zd",
+                     expected_pixels, expected_out, pixels.len, out.len);
+        goto done;
+    }
+    job.src = pixels.buf;
+    job.out = out.buf;
+    resizer_ready = 1;
+    if (resizer_init(&rz, &job, out_height, out_width) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    resize_rows(&job, &rz, first, stop);
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    if (resizer_ready) {
+        resizer_free(&rz);
+    }
+    PyBuffer_Release(&pixels);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyObject *
+simd_enabled(PyObject *module, PyObject *args)
+{
+    (void)module;
+    (void)args;
+    return PyBool_FromLong(aa_simd_enabled());
+}
+
+static PyObject *
+set_simd(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    const int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0) {
+        return NULL;
+    }
+    aa_set_simd(enabled);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"patch_rows", patch_rows, METH_VARARGS, patch_rows_doc},
+    {"resize_patch_rows", resize_patch_rows, METH_VARARGS, resize_patch_rows_doc},
+    {"simd_enabled", simd_enabled, METH_NOARGS,
+     "simd_enabled()\n--\n\nWhether the resize uses AVX2 in this process."},
+    {"set_simd", set_simd, METH_O,
+     "set_simd(enabled, /)\n--\n\nUse AVX2 for the resize where the CPU has it (True, the "
+     "default) or the plain C loops (False; the same bytes). For tests."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     "_patch_rows_native",
-    "Qwen2-VL's patch rows from resized pixels in one pass, the GIL released.",
+    "Qwen2-VL's patch rows from pixels in one pass (resized on the way), the GIL released.",
     -1,
     methods,
     NULL,

@@ -20,3 +20,22 @@ def patch_rows(
     out: _Bytes,
     /,
 ) -> None: ...
+def resize_patch_rows(
+    pixels: _Bytes,
+    frames: int,
+    height: int,
+    width: int,
+    pixel_bytes: int,
+    channels: int,
+    out_height: int,
+    out_width: int,
+    patch: int,
+    merge: int,
+    temporal: int,
+    first: int,
+    stop: int,
+    out: _Bytes,
+    /,
+) -> None: ...
+def simd_enabled() -> bool: ...
+def set_simd(enabled: bool, /) -> None: ...

@@ -22,7 +22,13 @@ from PIL import Image
 
 from mediaref.media.executor import on_media_pool_thread
 from mediaref.models import _scratch_buffers as scratch_buffers
-from mediaref.models._patch_rows import resize_frames, rgb_pixels, write_patch_rows
+from mediaref.models._patch_rows import (
+    resize_frames,
+    resize_in_rows,
+    rgb_pixels,
+    write_patch_rows,
+    write_resized_patch_rows,
+)
 from mediaref.models._qwen2_vl_fused_settings import (
     DRAFT_SOURCE_SIZE,
     FusedVisionSettings,
@@ -69,8 +75,12 @@ class _RowsOut:
     wrote it, while its bytes are in cache), into the floating output."""
 
     def __init__(self, count: int, channels: int, settings: FusedVisionSettings) -> None:
-        self._settings = settings
         self._channels = channels
+        self._geometry = {
+            "patch_size": settings.patch_size,
+            "merge_size": settings.merge_size,
+            "temporal_patch_size": settings.temporal_patch_size,
+        }
         width = channels * settings.temporal_patch_size * settings.patch_size**2
         self.raw = np.empty((count, width), dtype=np.uint8)
         self._floating: torch.Tensor | None = None
@@ -80,20 +90,32 @@ class _RowsOut:
             self._std = torch.tensor(settings.std, dtype=torch.float32).view(shape)
             self._floating = torch.empty((count, width), dtype=settings.dtype or torch.float32)
 
+    @property
+    def normalizes(self) -> bool:
+        return self._floating is not None
+
     def write(self, pixels: torch.Tensor, first: int, stop: int) -> None:
         """Rows ``[first, stop)`` from ``pixels`` (their frames or band of rows, ``(N, C, H, W)``
         in the resize's layout; the first ``channels`` are read)."""
-        settings, chunk = self._settings, self.raw[first:stop]
-        write_patch_rows(
-            pixels,
-            self._channels,
-            patch_size=settings.patch_size,
-            merge_size=settings.merge_size,
-            temporal_patch_size=settings.temporal_patch_size,
-            out=chunk,
-        )
+        write_patch_rows(pixels, self._channels, **self._geometry, out=self.raw[first:stop])
+        self._normalize(first, stop)
+
+    def write_resized(
+        self, frames: np.ndarray, target: tuple[int, int], blocks: tuple[int, int], per_block: int
+    ) -> None:
+        """The rows of ``blocks`` (merged-patch rows, counted group by group, ``per_block``
+        rows each) of ``frames`` (``(N, H, W, C)``) resized to ``target``, in one native pass."""
+        first, stop = blocks[0] * per_block, blocks[1] * per_block
+        write_resized_patch_rows(
+            frames, *target, self._channels, **self._geometry, blocks=blocks,
+            out=self.raw[first:stop],
+        )  # fmt: skip
+        self._normalize(first, stop)
+
+    def _normalize(self, first: int, stop: int) -> None:
         if self._floating is None:
             return
+        chunk = self.raw[first:stop]
         # Elementwise, so the same fp32 values as HF's normalize before its patchify; the cast
         # to the model dtype rounds each value as a cast of the whole would.
         channels = self._mean.shape[1]
@@ -132,6 +154,8 @@ def image_rows(
     pixels = rgb_pixels(image)[None]
     if pixels.shape[1:3] == target:  # nothing to resize: the pixels themselves are read
         return _image_rows(resize_frames(pixels, *target), settings, executor, pieces)
+    if resize_in_rows():
+        return _resized_rows(pixels, target, 3, settings, executor, pieces)
     with scratch_buffers.lease(math.prod((*target, pixels.shape[-1]))) as buffer:
         into = scratch_buffers.channels_last(buffer, (1, pixels.shape[-1], *target))
         parallel = executor is not None and pieces > 1
@@ -183,6 +207,9 @@ def video_rows(
     own threads (the caller waits on the runs).
     """
     count, _, _, channels = frames.shape
+    if resize_in_rows() and frames.shape[1:3] != target and channels in (3, 4):
+        frames = np.ascontiguousarray(frames)
+        return _resized_rows(frames, target, channels, settings, executor, pieces)
     height, width = target
     grid = _grid(count, height, width, settings)
     per_group = grid[1] * grid[2]
@@ -205,6 +232,40 @@ def video_rows(
         piece(0, grid[0])
     else:
         _run_pieces(executor, piece, grid[0], pieces)
+    return rows.result(), grid
+
+
+def _resized_rows(
+    frames: np.ndarray,
+    target: tuple[int, int],
+    channels: int,
+    settings: FusedVisionSettings,
+    executor: Executor | None,
+    pieces: int,
+) -> _Rows:
+    """``(N, H, W, C)`` frames' rows at ``target`` through the native resize + rows pass
+    (:func:`~mediaref.models._patch_rows.write_resized_patch_rows`): the resized frames are never
+    whole in memory, nothing is leased, and every block's resize is cut across ``pieces`` (the
+    torch path cuts only the horizontal pass of an image). Blocks are merged-patch rows, counted
+    temporal group by group; uint8 rows are written one call per piece, normalized ones about
+    :data:`_BAND_BYTES` at a time, each slice normalized while in cache."""
+    grid = _grid(len(frames), *target, settings)
+    band = settings.merge_size * settings.patch_size
+    per_block = grid[2] * settings.merge_size  # patch rows of one block
+    blocks = grid[0] * (target[0] // band)
+    rows = _RowsOut(grid[0] * grid[1] * grid[2], channels, settings)
+    block_bytes = settings.temporal_patch_size * channels * band * target[1]
+    per_run = max(1, _BAND_BYTES // block_bytes) if rows.normalizes else blocks
+
+    def piece(first: int, stop: int) -> None:
+        for run in _runs(first, stop, per_run):
+            rows.write_resized(frames, target, run, per_block)
+
+    pieces = min(pieces, blocks)
+    if executor is None or pieces < 2:
+        piece(0, blocks)
+    else:
+        _run_pieces(executor, piece, blocks, pieces)
     return rows.result(), grid
 
 
