@@ -27,8 +27,9 @@ minor page faults per call beside:
    (``MEDIAREF_QWEN2_VL_FUSED=0``), for reference, in rounds of its own: interleaved, its HF
    call's freed temporaries would serve whichever call follows it. For the image, mediaref with
    Pillow's JPEG decoder (``MEDIAREF_TURBO_JPEG=0``) joins the paired rounds: what the one-call
-   decode saves a whole request, and mediaref with its patch rows written by numpy instead of the
-   native pass (``models/_patch_rows_native.c``): what that pass saves. Both libraries sample 32
+   decode saves a whole request; for both, mediaref with torch's resize kernel then the rows
+   (``MEDIAREF_NATIVE_RESIZE=0``) instead of the one native resize + rows pass
+   (``models/_aa_resize.c``), where that pass is on: what it saves. Both libraries sample 32
    frames uniformly (vLLM's default loader; its Qwen loader would sample 2 frames a second).
    vLLM decodes the clip with OpenCV, mediaref with PyAV: pixels may differ, shapes match.
 3. ``--approx``: the approximate modes against the exact path (wall time, the CPU-time ratio,
@@ -92,7 +93,6 @@ PROMPTS = {
     "video": "<|vision_start|><|video_pad|><|vision_end|>Describe this video.",
 }
 PIXELS = {"image": "pixel_values", "video": "pixel_values_videos"}
-NATIVE_PATCH_ROWS = _patch_rows.native_patch_rows  # None where the extension was not built
 
 
 def make_media(frames: int) -> dict[str, bytes]:
@@ -201,12 +201,12 @@ def cold_paths(media: dict[str, bytes]) -> dict[str, dict[str, Callable[[], Any]
     }
 
     def mediaref_cold(
-        modality: str, fused_on: bool, turbo_jpeg: bool = True, native: bool = True
+        modality: str, fused_on: bool, turbo_jpeg: bool = True, native_resize: bool = True
     ) -> Callable[[], Any]:
         def run() -> Any:
             os.environ["MEDIAREF_QWEN2_VL_FUSED"] = "1" if fused_on else "0"
             os.environ["MEDIAREF_TURBO_JPEG"] = "1" if turbo_jpeg else "0"
-            _patch_rows.native_patch_rows = NATIVE_PATCH_ROWS if native else None
+            os.environ["MEDIAREF_NATIVE_RESIZE"] = "1" if native_resize else "0"
             ref = connector.load_from_url(urls[modality], decoders[modality])
             out = processor.apply(processor.build_inputs(PROMPTS[modality], {modality: [ref]}))
             return out["mm_kwargs"][modality][0][PIXELS[modality]].data
@@ -219,12 +219,12 @@ def cold_paths(media: dict[str, bytes]) -> dict[str, dict[str, Callable[[], Any]
             "mediaref": mediaref_cold(modality, True),
             "mediaref fused off": mediaref_cold(modality, False),
         }
-        if modality == "image":  # the one-call JPEG decode's and the native rows' shares
+        if modality == "image":  # the one-call JPEG decode's share
             paths[modality]["mediaref, Pillow's decoder"] = mediaref_cold(modality, True, False)
-            if NATIVE_PATCH_ROWS is not None:
-                paths[modality]["mediaref, numpy patch rows"] = mediaref_cold(
-                    modality, True, native=False
-                )
+        if _patch_rows.resize_in_rows():  # the native resize + rows pass's share
+            paths[modality]["mediaref, torch's resize"] = mediaref_cold(
+                modality, True, native_resize=False
+            )
         vllm = vllm_cold(modality, urls[modality], frames)
         if vllm is not None:
             paths[modality]["vllm"] = vllm
@@ -532,7 +532,7 @@ def main() -> None:
             bm.print_table(["path", "time", "vs mediaref", "faults/call", "pixel_values"], rows)
     os.environ.pop("MEDIAREF_QWEN2_VL_FUSED", None)
     os.environ.pop("MEDIAREF_TURBO_JPEG", None)
-    _patch_rows.native_patch_rows = NATIVE_PATCH_ROWS
+    os.environ.pop("MEDIAREF_NATIVE_RESIZE", None)
     if args.approx:
         rows = [
             [mode, bm.fmt_seconds(r["exact_s"]), bm.fmt_seconds(r["approx_s"]),

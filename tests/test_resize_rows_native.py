@@ -22,15 +22,20 @@ from _gil import python_progress_during
 from mediaref.models import _patch_rows
 from mediaref.models import _patch_rows_native as native
 
+BEST_LEVEL = native.simd_level()
+LEVELS = {0: "plain", 1: "avx2", 2: "avx512"}
 
-@pytest.fixture(params=[True, False], ids=["avx2", "plain"])
-def simd(request: pytest.FixtureRequest) -> Iterator[bool]:
-    """Each of the passes' loops in turn: AVX2 (where the CPU has it) and plain C."""
-    native.set_simd(request.param)
+
+@pytest.fixture(params=list(LEVELS), ids=list(LEVELS.values()))
+def simd(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Each of the passes' loops in turn: plain C, AVX2, AVX-512 (those the CPU has)."""
+    if request.param > BEST_LEVEL:
+        pytest.skip(f"no {LEVELS[request.param]} here")
+    assert native.set_simd_level(request.param) == request.param
     try:
-        yield bool(request.param)
+        yield int(request.param)
     finally:
-        native.set_simd(True)
+        native.set_simd_level(BEST_LEVEL)
 
 
 def row_shape(
@@ -90,12 +95,15 @@ def test_the_fused_path_resizes_natively_on_this_machine() -> None:
     assert _patch_rows.resize_in_rows()
 
 
-def test_the_vector_loops_are_used_where_the_cpu_has_avx2() -> None:
+def test_the_best_vector_loops_the_cpu_has_are_used() -> None:
     cpuinfo = Path("/proc/cpuinfo")
-    flags = cpuinfo.read_text() if cpuinfo.exists() else ""
-    if " avx2" not in flags:
-        pytest.skip("no AVX2 here")
-    assert native.simd_enabled()
+    flags = set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo to compare with")
+    expected = 2 if {"avx512f", "avx512bw"} <= flags else 1 if "avx2" in flags else 0
+    assert native.simd_level() == BEST_LEVEL == expected
+    assert native.set_simd_level(5) == BEST_LEVEL and native.set_simd_level(-1) == 0
+    native.set_simd_level(BEST_LEVEL)
 
 
 # (patch, merge, temporal): Qwen2-VL's, Qwen3-VL's patch, no merge, more slots, tiny patches.
@@ -112,7 +120,7 @@ GEOMETRIES = [(14, 2, 2), (16, 2, 2), (14, 1, 1), (2, 1, 3), (1, 1, 1), (3, 2, 2
     channels=st.integers(1, 4),
     geometry=st.sampled_from(GEOMETRIES),
     cuts=st.lists(st.integers(0, 40), max_size=3),
-    use_simd=st.booleans(),
+    level=st.sampled_from(list(LEVELS)),
     seed=st.integers(0, 2**16),
 )
 def test_torch_s_bytes_for_any_sizes_layout_and_cut(
@@ -124,7 +132,7 @@ def test_torch_s_bytes_for_any_sizes_layout_and_cut(
     channels: int,
     geometry: tuple[int, int, int],
     cuts: list[int],
-    use_simd: bool,
+    level: int,
     seed: int,
 ) -> None:
     # Down and up on either axis, an axis left as it is (that pass skipped), windows stretched by
@@ -134,11 +142,11 @@ def test_torch_s_bytes_for_any_sizes_layout_and_cut(
     channels = min(channels, pixel_bytes)
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, (frames, height, width, pixel_bytes), dtype=np.uint8)
-    native.set_simd(use_simd)
+    native.set_simd_level(level)  # one the CPU lacks runs the best it has
     try:
         got = native_rows(pixels, target, channels, geometry, tuple(cuts))
     finally:
-        native.set_simd(True)
+        native.set_simd_level(BEST_LEVEL)
     assert np.array_equal(got, torch_rows(pixels, target, channels, geometry))
 
 
@@ -155,7 +163,7 @@ REAL_CASES = [
 
 @pytest.mark.parametrize(("shape", "target"), REAL_CASES, ids=lambda case: str(case))
 def test_torch_s_bytes_at_real_sizes(
-    simd: bool, shape: tuple[int, int, int, int], target: tuple[int, int]
+    simd: int, shape: tuple[int, int, int, int], target: tuple[int, int]
 ) -> None:
     rng = np.random.default_rng(shape[1])
     # Smooth content with noise: real photos' weights and rounding, not only random bytes.
@@ -167,6 +175,7 @@ def test_torch_s_bytes_at_real_sizes(
     assert np.array_equal(native_rows(pixels, target, 3, geometry, cuts=(1, 7, 20)), expected)
 
 
+@pytest.mark.usefixtures("simd")
 def test_saturated_values_clamp_as_torch_s() -> None:
     # Black-white edges: the cubic's negative lobes overshoot both ends of the byte range.
     pixels = np.zeros((1, 64, 64, 4), dtype=np.uint8)
@@ -194,6 +203,25 @@ def test_a_native_resize_that_differs_from_torch_is_not_used(
     monkeypatch.setattr(_patch_rows, "_resize_in_rows", None)
     monkeypatch.setattr(_patch_rows, "native_resize_patch_rows", native.resize_patch_rows)
     assert _patch_rows.resize_in_rows() == (platform.machine() in ("x86_64", "AMD64"))
+
+
+def test_the_setting_turns_the_native_resize_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mediaref.models import _qwen2_vl_fused as fused
+
+    if not _patch_rows.resize_in_rows():
+        pytest.skip("the native resize does not give torch's bytes here")
+    called: list[int] = []
+    monkeypatch.setattr(fused, "write_resized_patch_rows", lambda *a, **k: called.append(1))
+    monkeypatch.setenv("MEDIAREF_NATIVE_RESIZE", "0")
+    assert not _patch_rows.resize_in_rows()
+    settings = fused.FusedVisionSettings(14, 2, 2, 3136, 12845056, None, None, None)
+    frames = np.zeros((2, 30, 40, 3), dtype=np.uint8)
+    rows, _ = fused.video_rows(frames, (56, 56), settings)  # torch's resize, then the rows
+    assert not called and rows.shape == (16, 1176)
+    monkeypatch.setenv("MEDIAREF_NATIVE_RESIZE", "1")
+    assert _patch_rows.resize_in_rows()
+    fused.video_rows(frames, (56, 56), settings)
+    assert called == [1]
 
 
 def test_write_resized_patch_rows_checks_out() -> None:

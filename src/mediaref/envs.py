@@ -64,6 +64,10 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     # Qwen2-VL's fused exact image/video path (bit-identical to HF's default processors); off:
     # every item goes through the HF processor
     "MEDIAREF_QWEN2_VL_FUSED": (_bool, True),
+    # That path's resize and patch rows in one native pass (torch's uint8 antialiased bicubic
+    # reproduced bit for bit, used where a first-use check finds torch's bytes); off: torch's
+    # resize kernel, then the rows
+    "MEDIAREF_NATIVE_RESIZE": (_bool, True),
     # Opt-in approximate modes of that path, comma-separated: "jpeg_draft" (large JPEGs decoded at
     # a DCT scale), "video_scale" (video frames decoded straight to their target size)
     "MEDIAREF_QWEN2_VL_APPROX": (str, ""),

@@ -20,14 +20,14 @@ typedef struct {
     int16_t *weights;
 } AxisWeights;
 
-/* The weights torch computes for resizing an axis from `in_size` to `out_size`. With `even`,
- * `taps` is rounded up to an even count and every window moved inside [0, in_size) where the
- * axis is long enough (its weights shifted to match), so a pass may read taps in pairs without
- * reading past the axis (`aa_pairs_in_bounds` says whether that holds). 0 on success, -1 when
- * out of memory. */
-int aa_axis_weights(AxisWeights *axis, ptrdiff_t in_size, ptrdiff_t out_size, int even);
+/* The weights torch computes for resizing an axis from `in_size` to `out_size`. With
+ * `in_quads`, `taps` is rounded up to a multiple of 4 and every window moved inside
+ * [0, in_size) where the axis is long enough (its weights shifted to match), so a pass may read
+ * taps four at a time without reading past the axis (`aa_quads_in_bounds` says whether that
+ * holds). 0 on success, -1 when out of memory. */
+int aa_axis_weights(AxisWeights *axis, ptrdiff_t in_size, ptrdiff_t out_size, int in_quads);
 void aa_axis_free(AxisWeights *axis);
-int aa_pairs_in_bounds(const AxisWeights *axis);
+int aa_quads_in_bounds(const AxisWeights *axis);
 
 /* The horizontal pass over `count` rows: src_rows[r] (axis->in_size pixels of `pixel_bytes`)
  * resized into dst_rows[r] (axis->out_size pixels). `pixel_bytes` 3 or 4; every byte of a
@@ -40,9 +40,10 @@ void aa_horizontal(const uint8_t *const *src_rows, uint8_t *const *dst_rows, ptr
 void aa_vertical(const uint8_t *const *rows, ptrdiff_t row_bytes, ptrdiff_t y,
                  const AxisWeights *axis, uint8_t *dst);
 
-/* Whether the passes use the CPU's vector instructions (AVX2) in this process; tests turn it
- * off to check the plain C loops give the same bytes. */
-int aa_simd_enabled(void);
-void aa_set_simd(int enabled);
+/* The vector instructions the passes use in this process: 0 none (plain C), 1 AVX2, 2 AVX-512
+ * (BW). The CPU's best by default; tests lower it to check every level gives the same bytes. */
+int aa_simd_level(void);
+/* Use at most `level` (the CPU's best where it is lower); returns the level now in use. */
+int aa_set_simd_level(int level);
 
 #endif

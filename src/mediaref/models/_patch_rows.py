@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mediaref import envs
 from mediaref.media.image.pillow_storage import rgbx_view
 from mediaref.models import _scratch_buffers as scratch_buffers
 
@@ -230,12 +231,14 @@ def write_patch_rows(
 
 
 def resize_in_rows() -> bool:
-    """Whether :func:`write_resized_patch_rows` can stand in for :func:`resize_frames` +
-    :func:`write_patch_rows` here: the extension is built, and its resize gave torch's bytes on
-    a few small images when first asked in this process (torch's integer kernel is what it
-    reproduces; a torch whose kernel computes otherwise, or a platform where it takes another
-    path, keeps the fused path on torch's resize)."""
+    """Whether :func:`write_resized_patch_rows` stands in for :func:`resize_frames` +
+    :func:`write_patch_rows` here: ``MEDIAREF_NATIVE_RESIZE`` is on (the default), the extension
+    is built, and its resize gave torch's bytes on a few small images when first asked in this
+    process (torch's integer kernel is what it reproduces; a torch whose kernel computes
+    otherwise, or a platform where it takes another path, keeps the fused path on torch's)."""
     global _resize_in_rows
+    if not envs.MEDIAREF_NATIVE_RESIZE:
+        return False
     if _resize_in_rows is None:
         _resize_in_rows = native_resize_patch_rows is not None and _native_resize_matches_torch()
     return _resize_in_rows

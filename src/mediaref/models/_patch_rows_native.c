@@ -529,33 +529,34 @@ done:
 }
 
 static PyObject *
-simd_enabled(PyObject *module, PyObject *args)
+simd_level(PyObject *module, PyObject *args)
 {
     (void)module;
     (void)args;
-    return PyBool_FromLong(aa_simd_enabled());
+    return PyLong_FromLong(aa_simd_level());
 }
 
 static PyObject *
-set_simd(PyObject *module, PyObject *arg)
+set_simd_level(PyObject *module, PyObject *arg)
 {
     (void)module;
-    const int enabled = PyObject_IsTrue(arg);
-    if (enabled < 0) {
+    const long wanted = PyLong_AsLong(arg);
+    if (wanted == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    aa_set_simd(enabled);
-    Py_RETURN_NONE;
+    return PyLong_FromLong(aa_set_simd_level(wanted < 0 ? 0 : wanted > 2 ? 2 : (int)wanted));
 }
 
 static PyMethodDef methods[] = {
     {"patch_rows", patch_rows, METH_VARARGS, patch_rows_doc},
     {"resize_patch_rows", resize_patch_rows, METH_VARARGS, resize_patch_rows_doc},
-    {"simd_enabled", simd_enabled, METH_NOARGS,
-     "simd_enabled()\n--\n\nWhether the resize uses AVX2 in this process."},
-    {"set_simd", set_simd, METH_O,
-     "set_simd(enabled, /)\n--\n\nUse AVX2 for the resize where the CPU has it (True, the "
-     "default) or the plain C loops (False; the same bytes). For tests."},
+    {"simd_level", simd_level, METH_NOARGS,
+     "simd_level()\n--\n\nThe vector instructions the resize uses in this process: 0 none "
+     "(plain C), 1 AVX2, 2 AVX-512; the CPU's best unless lowered."},
+    {"set_simd_level", set_simd_level, METH_O,
+     "set_simd_level(level, /)\n--\n\nUse at most `level` (0, 1, 2) for the resize, the CPU's "
+     "best where it is lower; returns the level now in use. Every level gives the same bytes. "
+     "For tests."},
     {NULL, NULL, 0, NULL},
 };
 
