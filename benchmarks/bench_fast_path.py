@@ -18,8 +18,9 @@ minor page faults per call beside:
    output is checked bit-identical to hf-torchvision's before timing. One item at a time
    (latency; as the processor runs a lone item, the fused path cuts its pixel work across the
    cores on the media pool, while HF's runs on torch's ``--threads``), then ``--batch`` images
-   at once (throughput, images/s): the fused path fans items out on the media pool; the HF
-   paths decode on the same pool, then make one HF call.
+   at once (throughput, images/s): every side decodes on the media pool, then the fused path
+   fans the items out on it, their rows written into one buffer handed out whole (as the
+   processor does), while the HF paths make one HF call.
 2. **A cold request**, fetch of a ``data:`` URL + processor miss (``apply`` with no cache), the
    built-in Qwen2-VL model: mediaref (fused on, its default) against vLLM 0.33.0 when it imports
    (run in the scratch venv of ``bench_processor_miss.py``'s docstring), ``--cold-repeat``
@@ -135,14 +136,20 @@ def pixel_paths(media: dict[str, bytes], batch: int) -> dict[str, dict[str, Call
 
     cores = len(os.sched_getaffinity(0))
 
-    def fused_image(data: bytes, pieces: int = 1) -> torch.Tensor:
+    def fused_image(data: bytes, pieces: int) -> torch.Tensor:
         image = mediaref_decode_image(data)
         target = fused.image_target(image, image_settings)
         assert target is not None
-        if pieces < 2:  # one of a batch, already on the pool
-            return fused.image_rows(image, target, image_settings)[0]
         # As the processor runs a lone image: its resize and bands cut across cores on the pool.
         return fused.image_rows(image, target, image_settings, executor=pool, pieces=pieces)[0]
+
+    def fused_batch() -> torch.Tensor:
+        # As the processor runs a batch: decoded on the pool, then the items fanned out on it,
+        # their rows written into one buffer, handed out whole.
+        images = list(pool.map(mediaref_decode_image, [jpeg] * batch))
+        targets = [fused.image_target(image, image_settings) for image in images]
+        rows = fused.fused_rows(images, targets, image_settings, video=False, executor=pool)
+        return fused.joined_rows([pixels for pixels, _ in rows])
 
     def fused_video() -> torch.Tensor:
         pixels = decode_clip(clip, frames)
@@ -169,7 +176,7 @@ def pixel_paths(media: dict[str, bytes], batch: int) -> dict[str, dict[str, Call
             ],
         },
         f"{batch} images": {
-            "fused": lambda: torch.cat(list(pool.map(fused_image, [jpeg] * batch))),
+            "fused": fused_batch,
             "hf-torchvision": hf_batch(fast),
             "hf-pil": hf_batch(slow),
         },

@@ -13,6 +13,7 @@ import functools
 import io
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +297,51 @@ def test_mixed_items_match_the_hf_path_item_for_item(
         assert torch.equal(fused_out[key], value), key
 
 
+@pytest.mark.parametrize("kwargs", NORMALIZE_MODES)
+@pytest.mark.parametrize("video", [False, True], ids=["images", "videos"])
+def test_a_batch_s_rows_are_one_buffer_joined_without_a_copy(
+    pool_size: int, kwargs: dict[str, Any], video: bool
+) -> None:
+    processor = hf_processor().video_processor if video else hf_processor().image_processor
+    if video:
+        kwargs = {**kwargs, "do_sample_frames": False}
+        items: list[Any] = [clip_frames(count, 61, 87 + count) for count in (3, 4, 1)]
+        settings = fused.video_settings(processor, kwargs)
+        check: Any = fused.video_target
+    else:
+        items = [generated(mode, 97 + i, 61) for i, mode in enumerate(("RGB", "L", "RGBA"))]
+        settings = fused.image_settings(processor, kwargs)
+        check = fused.image_target
+    assert settings is not None
+    targets = [check(item, settings) for item in items]
+    with ThreadPoolExecutor(pool_size) as pool:
+        rows = [
+            r for r, _ in fused.fused_rows(items, targets, settings, video=video, executor=pool)
+        ]
+    joined = fused.joined_rows(rows)
+    assert joined.data_ptr() == rows[0].data_ptr()  # the buffer itself, no copy
+    assert torch.equal(joined, torch.cat(rows))
+    key = "videos" if video else "images"
+    expected = processor(**{key: items}, return_tensors="pt", **kwargs)
+    assert torch.equal(joined, expected["pixel_values_videos" if video else "pixel_values"])
+
+
+def test_rows_that_are_not_one_buffer_are_joined_by_a_copy() -> None:
+    whole = torch.arange(24, dtype=torch.uint8).view(6, 4)
+    apart = [whole[:2], torch.zeros(2, 4, dtype=torch.uint8), whole[2:4]]
+    for rows in (
+        apart,
+        [whole[2:4], whole[:2]],
+        [whole[:2], whole[3:]],
+    ):  # other, out of order, gap
+        joined = fused.joined_rows(rows)
+        assert torch.equal(joined, torch.cat(rows))
+        assert joined.data_ptr() != rows[0].data_ptr()
+    single = whole[1:3]
+    assert fused.joined_rows([single]) is single
+    assert fused.joined_rows([whole[:2], whole[2:5]]).data_ptr() == whole.data_ptr()
+
+
 @pytest.mark.filterwarnings("ignore:Passing `min_pixels` and `max_pixels`:FutureWarning")
 def test_a_deployments_pixel_bounds_stay_on_the_fused_path(
     monkeypatch: pytest.MonkeyPatch,
@@ -370,11 +416,11 @@ def test_a_failing_item_fails_as_on_the_hf_path_once_every_job_is_drained(
     lock = threading.Lock()
     real_image_rows = fused.image_rows
 
-    def slow_rows(image: Any, *args: Any) -> Any:
+    def slow_rows(image: Any, *args: Any, **kwargs: Any) -> Any:
         if image is truncated:
-            return real_image_rows(image, *args)
+            return real_image_rows(image, *args, **kwargs)
         time.sleep(0.05)  # the siblings outlive the failure
-        rows = real_image_rows(image, *args)
+        rows = real_image_rows(image, *args, **kwargs)
         with lock:
             finished.append(image.width)
         return rows

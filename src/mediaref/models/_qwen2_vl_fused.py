@@ -21,6 +21,7 @@ import torch
 from PIL import Image
 
 from mediaref.media.executor import on_media_pool_thread
+from mediaref.models import _output_buffers as output_buffers
 from mediaref.models import _scratch_buffers as scratch_buffers
 from mediaref.models._patch_rows import (
     resize_frames,
@@ -46,6 +47,7 @@ __all__ = [
     "image_rows",
     "image_settings",
     "image_target",
+    "joined_rows",
     "smart_resize",
     "video_rows",
     "video_settings",
@@ -69,26 +71,37 @@ def _grid(
     )
 
 
+RowsInto = tuple[torch.Tensor, torch.Tensor | None]
+"""Where an item's rows go: its uint8 rows and, when the settings normalize, its floating rows
+(slices of a whole call's buffers: :func:`fused_rows`)."""
+
+
 class _RowsOut:
     """One call's output rows, written slice by slice: patch rows in uint8 and, when the settings
     normalize, each slice normalized as HF does as soon as it is written (by the thread that
-    wrote it, while its bytes are in cache), into the floating output."""
+    wrote it, while its bytes are in cache), into the floating output. ``into``: the tensors to
+    write (:data:`RowsInto`), else new ones."""
 
-    def __init__(self, count: int, channels: int, settings: FusedVisionSettings) -> None:
+    def __init__(
+        self,
+        count: int,
+        channels: int,
+        settings: FusedVisionSettings,
+        into: RowsInto | None = None,
+    ) -> None:
         self._channels = channels
         self._geometry = {
             "patch_size": settings.patch_size,
             "merge_size": settings.merge_size,
             "temporal_patch_size": settings.temporal_patch_size,
         }
-        width = channels * settings.temporal_patch_size * settings.patch_size**2
-        self.raw = np.empty((count, width), dtype=np.uint8)
-        self._floating: torch.Tensor | None = None
-        if settings.mean is not None and settings.std is not None:
+        self._raw, self._floating = into or _new_rows(count, channels, settings)
+        self.raw = self._raw.numpy()
+        if self._floating is not None:
+            assert settings.mean is not None and settings.std is not None
             shape = (1, len(settings.mean), 1)
             self._mean = torch.tensor(settings.mean, dtype=torch.float32).view(shape)
             self._std = torch.tensor(settings.std, dtype=torch.float32).view(shape)
-            self._floating = torch.empty((count, width), dtype=settings.dtype or torch.float32)
 
     @property
     def normalizes(self) -> bool:
@@ -127,7 +140,21 @@ class _RowsOut:
             target.copy_(torch.sub(values, self._mean).div_(self._std))
 
     def result(self) -> torch.Tensor:
-        return self._floating if self._floating is not None else torch.from_numpy(self.raw)
+        return self._floating if self._floating is not None else self._raw
+
+
+def _row_width(channels: int, settings: FusedVisionSettings) -> int:
+    return channels * settings.temporal_patch_size * settings.patch_size**2
+
+
+def _new_rows(count: int, channels: int, settings: FusedVisionSettings) -> RowsInto:
+    """New buffers for ``count`` patch rows: uint8, and floating when the settings normalize
+    (the output then, the uint8 rows staged before it), on huge pages where granted."""
+    width = _row_width(channels, settings)
+    raw = output_buffers.empty((count, width), torch.uint8)
+    if settings.mean is None or settings.std is None:
+        return raw, None
+    return raw, output_buffers.empty((count, width), settings.dtype or torch.float32)
 
 
 def image_rows(
@@ -137,8 +164,9 @@ def image_rows(
     *,
     executor: Executor | None = None,
     pieces: int = 1,
+    into: RowsInto | None = None,
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """One image's patch rows and ``(t, h, w)`` grid.
+    """One image's patch rows and ``(t, h, w)`` grid (written into ``into`` when given).
 
     The image is resized into a leased buffer, then written as patch rows
     (:func:`~mediaref.models._patch_rows.write_patch_rows`) in bands of whole merged-patch rows
@@ -153,18 +181,24 @@ def image_rows(
     # Possibly Pillow's RGBX storage in place: its padding byte is never written to the rows.
     pixels = rgb_pixels(image)[None]
     if pixels.shape[1:3] == target:  # nothing to resize: the pixels themselves are read
-        return _image_rows(resize_frames(pixels, *target), settings, executor, pieces)
+        return _image_rows(resize_frames(pixels, *target), settings, executor, pieces, into)
     if resize_in_rows():
-        return _resized_rows(pixels, target, 3, settings, executor, pieces)
+        return _resized_rows(pixels, target, 3, settings, executor, pieces, into)
     with scratch_buffers.lease(math.prod((*target, pixels.shape[-1]))) as buffer:
-        into = scratch_buffers.channels_last(buffer, (1, pixels.shape[-1], *target))
+        scratch = scratch_buffers.channels_last(buffer, (1, pixels.shape[-1], *target))
         parallel = executor is not None and pieces > 1
-        resized = resize_frames(pixels, *target, executor=executor if parallel else None, into=into)
-        return _image_rows(resized, settings, executor, pieces)
+        resized = resize_frames(
+            pixels, *target, executor=executor if parallel else None, into=scratch
+        )
+        return _image_rows(resized, settings, executor, pieces, into)
 
 
 def _image_rows(
-    resized: torch.Tensor, settings: FusedVisionSettings, executor: Executor | None, pieces: int
+    resized: torch.Tensor,
+    settings: FusedVisionSettings,
+    executor: Executor | None,
+    pieces: int,
+    into: RowsInto | None,
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
     target = (int(resized.shape[2]), int(resized.shape[3]))
     grid = _grid(1, *target, settings)
@@ -172,7 +206,7 @@ def _image_rows(
     per_block = grid[2] * settings.merge_size  # patch rows of one merged-patch row
     blocks = grid[1] // settings.merge_size
     per_band = max(1, _BAND_BYTES // (3 * band * target[1]))
-    rows = _RowsOut(grid[1] * grid[2], 3, settings)
+    rows = _RowsOut(grid[1] * grid[2], 3, settings, into)
 
     def piece(first: int, stop: int) -> None:
         for start, end in _runs(first, stop, per_band):
@@ -193,8 +227,10 @@ def video_rows(
     *,
     executor: Executor | None = None,
     pieces: int = 1,
+    into: RowsInto | None = None,
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """One video's patch rows and ``(t, h, w)`` grid: every frame resized once, at the target.
+    """One video's patch rows and ``(t, h, w)`` grid: every frame resized once, at the target
+    (the rows written into ``into`` when given).
 
     Frames are resized and written as patch rows a temporal group at a time (a few, for
     small frames: about :data:`_BAND_BYTES` each), the resize written into a leased buffer, so a
@@ -209,13 +245,13 @@ def video_rows(
     count, _, _, channels = frames.shape
     if resize_in_rows() and frames.shape[1:3] != target and channels in (3, 4):
         frames = np.ascontiguousarray(frames)
-        return _resized_rows(frames, target, channels, settings, executor, pieces)
+        return _resized_rows(frames, target, channels, settings, executor, pieces, into)
     height, width = target
     grid = _grid(count, height, width, settings)
     per_group = grid[1] * grid[2]
     t_size = settings.temporal_patch_size
     per_run = max(1, _BAND_BYTES // (t_size * height * width * channels))
-    rows = _RowsOut(grid[0] * per_group, channels, settings)
+    rows = _RowsOut(grid[0] * per_group, channels, settings, into)
 
     def piece(first: int, stop: int) -> None:
         # Group by group (or a few small ones), so a group's pixels are read back from cache.
@@ -242,6 +278,7 @@ def _resized_rows(
     settings: FusedVisionSettings,
     executor: Executor | None,
     pieces: int,
+    into: RowsInto | None,
 ) -> _Rows:
     """``(N, H, W, C)`` frames' rows at ``target`` through the native resize + rows pass
     (:func:`~mediaref.models._patch_rows.write_resized_patch_rows`): the resized frames are never
@@ -253,7 +290,7 @@ def _resized_rows(
     band = settings.merge_size * settings.patch_size
     per_block = grid[2] * settings.merge_size  # patch rows of one block
     blocks = grid[0] * (target[0] // band)
-    rows = _RowsOut(grid[0] * grid[1] * grid[2], channels, settings)
+    rows = _RowsOut(grid[0] * grid[1] * grid[2], channels, settings, into)
     block_bytes = settings.temporal_patch_size * channels * band * target[1]
     per_run = max(1, _BAND_BYTES // block_bytes) if rows.normalizes else blocks
 
@@ -324,15 +361,74 @@ def fused_rows(
     """Every item's rows, fanned out on ``executor`` (inline when None or when called from a
     media-pool thread), returned in item order. A single item is cut into up to ``pieces`` on
     ``executor`` instead: an image into bands of rows (:func:`image_rows`), a video into runs of
-    frames (:func:`video_rows`)."""
+    frames (:func:`video_rows`).
+
+    The items' rows are consecutive slices of one buffer, in item order, so
+    :func:`joined_rows` hands out all of them as one tensor without copying (a batch of eight
+    1080p images: ~100 MB a ``torch.cat`` would copy again, into fresh pages)."""
     work: Callable[..., _Rows] = video_rows if video else image_rows
-    if executor is None or on_media_pool_thread() or not items:
-        return [work(item, target, settings) for item, target in zip(items, targets, strict=True)]
+    if not items:
+        return []
+    into = _shared_rows(items, targets, settings, video)
+    if executor is None or on_media_pool_thread():
+        return [
+            work(item, target, settings, into=out)
+            for item, target, out in zip(items, targets, into, strict=True)
+        ]
     if len(items) == 1:
-        return [work(items[0], targets[0], settings, executor=executor, pieces=pieces)]
+        return [
+            work(items[0], targets[0], settings, executor=executor, pieces=pieces, into=into[0])
+        ]
     return _drain(
         [
-            executor.submit(work, item, target, settings)
-            for item, target in zip(items, targets, strict=True)
+            executor.submit(work, item, target, settings, into=out)
+            for item, target, out in zip(items, targets, into, strict=True)
         ]
     )
+
+
+def _shared_rows(
+    items: Sequence[object],
+    targets: Sequence[tuple[int, int]],
+    settings: FusedVisionSettings,
+    video: bool,
+) -> list[RowsInto | None]:
+    """Each item's slice of one buffer for all their rows, sized from the targets before any
+    item is read; None for every item where their rows differ in width (videos of other than 3
+    channels beside others), each then allocating its own."""
+    # An image's rows are of its three RGB channels; a video's of its frames' channels.
+    shapes = [(item.shape[0], item.shape[-1]) if video else (1, 3) for item in items]  # type: ignore[attr-defined]
+    if len({channels for _, channels in shapes}) != 1:
+        return [None] * len(items)
+    counts = [
+        math.prod(_grid(frames, *target, settings))
+        for (frames, _), target in zip(shapes, targets, strict=True)
+    ]
+    raw, floating = _new_rows(sum(counts), shapes[0][1], settings)
+    bounds = list(itertools.accumulate(counts, initial=0))
+    return [
+        (raw[first:stop], None if floating is None else floating[first:stop])
+        for first, stop in itertools.pairwise(bounds)
+    ]
+
+
+def joined_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``rows`` as one tensor along the first axis: without a copy where they are consecutive
+    slices of one buffer (what :func:`fused_rows` returns), else ``torch.cat``."""
+    if len(rows) == 1:
+        return rows[0]
+    first = rows[0]
+    storage = first.untyped_storage().data_ptr()
+    consecutive = all(
+        row.is_contiguous()
+        and row.dtype == first.dtype
+        and row.shape[1:] == first.shape[1:]
+        and row.untyped_storage().data_ptr() == storage
+        for row in rows
+    ) and all(
+        after.data_ptr() == before.data_ptr() + before.nbytes
+        for before, after in itertools.pairwise(rows)
+    )
+    if not consecutive:
+        return torch.cat(list(rows))
+    return first.as_strided((sum(len(row) for row in rows), *first.shape[1:]), first.stride())

@@ -18,7 +18,7 @@ import torch
 
 from mediaref import envs
 from mediaref.media.executor import get_media_executor
-from mediaref.models._qwen2_vl_fused import fused_rows
+from mediaref.models._qwen2_vl_fused import fused_rows, joined_rows
 from mediaref.models._qwen2_vl_fused_settings import (
     FusedVisionSettings,
     image_settings,
@@ -147,7 +147,8 @@ def call_with_fused_path(
             by_position.update(zip(positions, _split_hf_rows(hf_output, modality), strict=False))
         ordered = [by_position[i] for i in range(len(by_position))]
         pixels = [rows for rows, _ in ordered]
-        # One item: its rows are the output already (a cat would copy megabytes).
-        data[modality.pixels_key] = pixels[0] if len(pixels) == 1 else torch.cat(pixels)
+        # Fused items' rows are one buffer already (a cat would copy megabytes); HF's beside them
+        # are joined by a copy.
+        data[modality.pixels_key] = joined_rows(pixels)
         data[modality.grid_key] = torch.tensor([grid for _, grid in ordered], dtype=torch.long)
     return BatchFeature(data)
