@@ -231,6 +231,55 @@ quad_back(int pixel_bytes)
     return pixel_bytes == 4 ? 0 : 4;
 }
 
+/* Whether outputs [x, x + 4) can all take the vector loads (none reads before the row). */
+static inline int
+vector_group(const AxisWeights *axis, ptrdiff_t x, ptrdiff_t back, int pixel_bytes)
+{
+    return axis->start[x] * pixel_bytes >= back;
+}
+
+/* One output's sums for the 2 rows in `top` and `bottom` (AVX2: a row a 128-bit lane), shifted:
+ * each byte's value in a 32-bit lane, still to be saturated. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+output_avx2(const uint8_t *top, const uint8_t *bottom, ptrdiff_t offset, const int16_t *w,
+            int size, int pixel_bytes, __m256i low_pairs, __m256i high_pairs, __m256i bias,
+            __m128i shift)
+{
+    __m256i sum = bias;
+    for (int k = 0; k < size; k += 4) {
+        const ptrdiff_t at = offset + pixel_bytes * k;
+        const __m256i both = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(top + at))),
+            _mm_loadu_si128((const __m128i *)(bottom + at)), 1);
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_shuffle_epi8(both, low_pairs),
+                                                      _mm256_set1_epi32(weight_pair(w + k))));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_shuffle_epi8(both, high_pairs),
+                                                      _mm256_set1_epi32(weight_pair(w + k + 2))));
+    }
+    return _mm256_sra_epi32(sum, shift);
+}
+
+/* Four outputs' pixels, one 16-byte row of them, stored: all 16 bytes of 4-byte pixels, the
+ * first 12 of 3-byte ones (compacted by `three_of_four`). */
+__attribute__((target("avx2"), always_inline)) static inline void
+store_four_avx2(uint8_t *dst, __m128i bytes, int pixel_bytes, __m128i three_of_four)
+{
+    if (pixel_bytes == 4) {
+        _mm_storeu_si128((__m128i *)dst, bytes);
+        return;
+    }
+    bytes = _mm_shuffle_epi8(bytes, three_of_four);
+    _mm_storel_epi64((__m128i *)dst, bytes);
+    const int32_t last = _mm_cvtsi128_si32(_mm_srli_si128(bytes, 8));
+    memcpy(dst + 8, &last, 4);
+}
+
+static const int8_t three_of_four_bytes[16] = {0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1};
+
+/* Two rows at once, four outputs a step: each output's sums (output_avx2), then the four
+ * packed together so that each row's four pixels come out as one run of bytes, stored whole
+ * (a pixel per store would cost more than its sums). Outputs past the last whole four, and
+ * fours with a window that starts too near the row's start, take the plain loop. */
 __attribute__((target("avx2"), always_inline)) static inline void
 horizontal_avx2(const uint8_t *const *src_rows, uint8_t *const *dst_rows, ptrdiff_t count,
                 const int pixel_bytes, const AxisWeights *axis)
@@ -239,48 +288,75 @@ horizontal_avx2(const uint8_t *const *src_rows, uint8_t *const *dst_rows, ptrdif
     const __m256i low_pairs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)masks));
     const __m256i high_pairs =
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(masks + 16)));
+    const __m128i three_of_four = _mm_loadu_si128((const __m128i *)three_of_four_bytes);
     const ptrdiff_t back = quad_back(pixel_bytes);
     const __m256i bias = _mm256_set1_epi32(1 << (axis->precision - 1));
     const __m128i shift = _mm_cvtsi32_si128(axis->precision);
+    const ptrdiff_t whole = axis->out_size / 4 * 4;
     for (ptrdiff_t r = 0; r < count; r += 2) {
-        /* An odd last row is computed as both rows of a pair, and stored once. */
-        const int rows = r + 1 < count ? 2 : 1;
+        /* An odd last row is computed as both rows of a pair (the same bytes, stored twice). */
+        const ptrdiff_t rows = r + 1 < count ? 2 : 1;
         const uint8_t *top = src_rows[r], *bottom = src_rows[r + rows - 1];
-        uint8_t *top_out = dst_rows[r], *bottom_out = dst_rows[r + rows - 1];
-        for (ptrdiff_t x = 0; x < axis->out_size; x++) {
-            const ptrdiff_t offset = axis->start[x] * pixel_bytes - back;
-            if (offset < 0) {
-                plain_pixel(src_rows + r, dst_rows + r, rows, pixel_bytes, axis, x);
+        for (ptrdiff_t x = 0; x < whole; x += 4) {
+            if (!vector_group(axis, x, back, pixel_bytes)) {
+                for (ptrdiff_t i = x; i < x + 4; i++) {
+                    plain_pixel(src_rows + r, dst_rows + r, rows, pixel_bytes, axis, i);
+                }
                 continue;
             }
-            const int16_t *w = axis->weights + x * axis->taps;
-            const int size = axis->size[x];
-            __m256i sum = bias;
-            for (int k = 0; k < size; k += 4) {
-                const ptrdiff_t at = offset + pixel_bytes * k;
-                const __m256i both = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(top + at))),
-                    _mm_loadu_si128((const __m128i *)(bottom + at)), 1);
-                const __m256i low = _mm256_shuffle_epi8(both, low_pairs);
-                const __m256i high = _mm256_shuffle_epi8(both, high_pairs);
-                sum = _mm256_add_epi32(
-                    sum, _mm256_madd_epi16(low, _mm256_set1_epi32(weight_pair(w + k))));
-                sum = _mm256_add_epi32(
-                    sum, _mm256_madd_epi16(high, _mm256_set1_epi32(weight_pair(w + k + 2))));
+            __m256i sums[4];
+            for (int i = 0; i < 4; i++) {
+                sums[i] = output_avx2(top, bottom, axis->start[x + i] * pixel_bytes - back,
+                                      axis->weights + (x + i) * axis->taps, axis->size[x + i],
+                                      pixel_bytes, low_pairs, high_pairs, bias, shift);
             }
-            sum = _mm256_sra_epi32(sum, shift);
-            /* Saturating packs: 32 -> 16 -> 8 bits, lane by lane; each lane's first bytes. */
-            const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(sum, sum), sum);
-            const int32_t top_pixel = _mm_cvtsi128_si32(_mm256_castsi256_si128(bytes));
-            const int32_t bottom_pixel = _mm_cvtsi128_si32(_mm256_extracti128_si256(bytes, 1));
-            memcpy(bottom_out + pixel_bytes * x, &bottom_pixel, (size_t)pixel_bytes);
-            memcpy(top_out + pixel_bytes * x, &top_pixel, (size_t)pixel_bytes);
+            /* Per lane (row): outputs x, x + 1 as 16-bit, then x + 2, x + 3; then bytes. */
+            const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(sums[0], sums[1]),
+                                                      _mm256_packs_epi32(sums[2], sums[3]));
+            store_four_avx2(dst_rows[r + rows - 1] + pixel_bytes * x,
+                            _mm256_extracti128_si256(bytes, 1), pixel_bytes, three_of_four);
+            store_four_avx2(dst_rows[r] + pixel_bytes * x, _mm256_castsi256_si128(bytes),
+                            pixel_bytes, three_of_four);
+        }
+        for (ptrdiff_t x = whole; x < axis->out_size; x++) {
+            plain_pixel(src_rows + r, dst_rows + r, rows, pixel_bytes, axis, x);
         }
     }
 }
 
-#define AVX512 "avx512f,avx512bw"
+#define AVX512 "avx512f,avx512bw,avx512vl"
 
+/* As output_avx2, for the 4 rows in[0..3], a row a 128-bit lane. */
+__attribute__((target(AVX512), always_inline)) static inline __m512i
+output_avx512(const uint8_t *const in[4], ptrdiff_t offset, const int16_t *w, int size,
+              int pixel_bytes, __m512i low_pairs, __m512i high_pairs, __m512i bias, __m128i shift)
+{
+    __m512i sum = bias;
+    for (int k = 0; k < size; k += 4) {
+        const ptrdiff_t at = offset + pixel_bytes * k;
+        __m512i four = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(in[0] + at)));
+        four = _mm512_inserti32x4(four, _mm_loadu_si128((const __m128i *)(in[1] + at)), 1);
+        four = _mm512_inserti32x4(four, _mm_loadu_si128((const __m128i *)(in[2] + at)), 2);
+        four = _mm512_inserti32x4(four, _mm_loadu_si128((const __m128i *)(in[3] + at)), 3);
+        sum = _mm512_add_epi32(sum, _mm512_madd_epi16(_mm512_shuffle_epi8(four, low_pairs),
+                                                      _mm512_set1_epi32(weight_pair(w + k))));
+        sum = _mm512_add_epi32(sum, _mm512_madd_epi16(_mm512_shuffle_epi8(four, high_pairs),
+                                                      _mm512_set1_epi32(weight_pair(w + k + 2))));
+    }
+    return _mm512_sra_epi32(sum, shift);
+}
+
+__attribute__((target(AVX512), always_inline)) static inline void
+store_four_avx512(uint8_t *dst, __m128i bytes, int pixel_bytes, __m128i three_of_four)
+{
+    if (pixel_bytes == 4) {
+        _mm_storeu_si128((__m128i *)dst, bytes);
+    } else {
+        _mm_mask_storeu_epi8(dst, 0x0FFF, _mm_shuffle_epi8(bytes, three_of_four));
+    }
+}
+
+/* As horizontal_avx2, 4 rows at once (a row a 128-bit lane of 512). */
 __attribute__((target(AVX512), always_inline)) static inline void
 horizontal_avx512(const uint8_t *const *src_rows, uint8_t *const *dst_rows, ptrdiff_t count,
                   const int pixel_bytes, const AxisWeights *axis)
@@ -289,52 +365,46 @@ horizontal_avx512(const uint8_t *const *src_rows, uint8_t *const *dst_rows, ptrd
     const __m512i low_pairs = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)masks));
     const __m512i high_pairs =
         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(masks + 16)));
+    const __m128i three_of_four = _mm_loadu_si128((const __m128i *)three_of_four_bytes);
     const ptrdiff_t back = quad_back(pixel_bytes);
     const __m512i bias = _mm512_set1_epi32(1 << (axis->precision - 1));
     const __m128i shift = _mm_cvtsi32_si128(axis->precision);
+    const ptrdiff_t whole = axis->out_size / 4 * 4;
     for (ptrdiff_t r = 0; r < count; r += 4) {
-        /* Fewer than 4 rows left: the last one stands in for the missing, stored once. */
-        const int rows = count - r < 4 ? (int)(count - r) : 4;
+        /* Fewer than 4 rows left: the last one stands in for the missing (the same bytes). */
+        const ptrdiff_t rows = count - r < 4 ? count - r : 4;
         const uint8_t *in[4];
         uint8_t *out[4];
         for (int i = 0; i < 4; i++) {
             in[i] = src_rows[r + (i < rows ? i : rows - 1)];
             out[i] = dst_rows[r + (i < rows ? i : rows - 1)];
         }
-        for (ptrdiff_t x = 0; x < axis->out_size; x++) {
-            const ptrdiff_t offset = axis->start[x] * pixel_bytes - back;
-            if (offset < 0) {
-                plain_pixel(src_rows + r, dst_rows + r, rows, pixel_bytes, axis, x);
+        for (ptrdiff_t x = 0; x < whole; x += 4) {
+            if (!vector_group(axis, x, back, pixel_bytes)) {
+                for (ptrdiff_t i = x; i < x + 4; i++) {
+                    plain_pixel(src_rows + r, dst_rows + r, rows, pixel_bytes, axis, i);
+                }
                 continue;
             }
-            const int16_t *w = axis->weights + x * axis->taps;
-            const int size = axis->size[x];
-            __m512i sum = bias;
-            for (int k = 0; k < size; k += 4) {
-                const ptrdiff_t at = offset + pixel_bytes * k;
-                __m512i four = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(in[0] + at)));
-                four = _mm512_inserti32x4(four, _mm_loadu_si128((const __m128i *)(in[1] + at)), 1);
-                four = _mm512_inserti32x4(four, _mm_loadu_si128((const __m128i *)(in[2] + at)), 2);
-                four = _mm512_inserti32x4(four, _mm_loadu_si128((const __m128i *)(in[3] + at)), 3);
-                const __m512i low = _mm512_shuffle_epi8(four, low_pairs);
-                const __m512i high = _mm512_shuffle_epi8(four, high_pairs);
-                sum = _mm512_add_epi32(
-                    sum, _mm512_madd_epi16(low, _mm512_set1_epi32(weight_pair(w + k))));
-                sum = _mm512_add_epi32(
-                    sum, _mm512_madd_epi16(high, _mm512_set1_epi32(weight_pair(w + k + 2))));
+            __m512i sums[4];
+            for (int i = 0; i < 4; i++) {
+                sums[i] = output_avx512(in, axis->start[x + i] * pixel_bytes - back,
+                                        axis->weights + (x + i) * axis->taps, axis->size[x + i],
+                                        pixel_bytes, low_pairs, high_pairs, bias, shift);
             }
-            sum = _mm512_sra_epi32(sum, shift);
-            const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sum, sum), sum);
-            /* Last row first: a missing row's stand-in is stored before the row it repeats. */
-            int32_t pixel;
-            pixel = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(bytes, 3));
-            memcpy(out[3] + pixel_bytes * x, &pixel, (size_t)pixel_bytes);
-            pixel = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(bytes, 2));
-            memcpy(out[2] + pixel_bytes * x, &pixel, (size_t)pixel_bytes);
-            pixel = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(bytes, 1));
-            memcpy(out[1] + pixel_bytes * x, &pixel, (size_t)pixel_bytes);
-            pixel = _mm_cvtsi128_si32(_mm512_castsi512_si128(bytes));
-            memcpy(out[0] + pixel_bytes * x, &pixel, (size_t)pixel_bytes);
+            const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sums[0], sums[1]),
+                                                      _mm512_packs_epi32(sums[2], sums[3]));
+            uint8_t *at = out[0] + pixel_bytes * x;
+            store_four_avx512(out[3] + pixel_bytes * x, _mm512_extracti32x4_epi32(bytes, 3),
+                              pixel_bytes, three_of_four);
+            store_four_avx512(out[2] + pixel_bytes * x, _mm512_extracti32x4_epi32(bytes, 2),
+                              pixel_bytes, three_of_four);
+            store_four_avx512(out[1] + pixel_bytes * x, _mm512_extracti32x4_epi32(bytes, 1),
+                              pixel_bytes, three_of_four);
+            store_four_avx512(at, _mm512_castsi512_si128(bytes), pixel_bytes, three_of_four);
+        }
+        for (ptrdiff_t x = whole; x < axis->out_size; x++) {
+            plain_pixel(src_rows + r, dst_rows + r, rows, pixel_bytes, axis, x);
         }
     }
 }
@@ -453,7 +523,9 @@ best_level(void)
     if (cpu_level < 0) {
         __builtin_cpu_init();
         /* libgcc's and clang's checks include the OS saving the registers' state (XCR0). */
-        cpu_level = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? 2
+        cpu_level = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl")
+                        ? 2
                     : __builtin_cpu_supports("avx2")                                         ? 1
                                                                                              : 0;
     }
