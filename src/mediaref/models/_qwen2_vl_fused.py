@@ -21,7 +21,6 @@ import torch
 from PIL import Image
 
 from mediaref.media.executor import on_media_pool_thread
-from mediaref.models import _output_buffers as output_buffers
 from mediaref.models import _scratch_buffers as scratch_buffers
 from mediaref.models._patch_rows import (
     resize_frames,
@@ -149,12 +148,15 @@ def _row_width(channels: int, settings: FusedVisionSettings) -> int:
 
 def _new_rows(count: int, channels: int, settings: FusedVisionSettings) -> RowsInto:
     """New buffers for ``count`` patch rows: uint8, and floating when the settings normalize
-    (the output then, the uint8 rows staged before it), on huge pages where granted."""
+    (the output then, the uint8 rows staged before it). Plain ``torch.empty``: transparent huge
+    pages asked for with ``madvise`` faulted a 97 MB batch in ~7 instead of ~45 ms, but stalled
+    calls on the kernel's compaction (247 ms once; a normalized clip's miss 2.3-3x slower in
+    ``bench_processor_miss.py``), so a request's latency would hang on the host's memory state."""
     width = _row_width(channels, settings)
-    raw = output_buffers.empty((count, width), torch.uint8)
+    raw = torch.empty((count, width), dtype=torch.uint8)
     if settings.mean is None or settings.std is None:
         return raw, None
-    return raw, output_buffers.empty((count, width), settings.dtype or torch.float32)
+    return raw, torch.empty((count, width), dtype=settings.dtype or torch.float32)
 
 
 def image_rows(
