@@ -62,18 +62,16 @@ aa_axis_weights(AxisWeights *axis, ptrdiff_t in_size, ptrdiff_t out_size, int in
     const int taps = in_quads ? (bound + 3) / 4 * 4 : bound;
     double *window = malloc(sizeof(double) * (size_t)bound);
     double *real = malloc(sizeof(double) * (size_t)bound * (size_t)out_size);
-    ptrdiff_t *sizes = malloc(sizeof(ptrdiff_t) * (size_t)out_size);
     axis->in_size = in_size;
     axis->out_size = out_size;
     axis->taps = taps;
     axis->start = malloc(sizeof(ptrdiff_t) * (size_t)out_size);
     axis->size = malloc(sizeof(int) * (size_t)out_size);
     axis->weights = calloc((size_t)out_size * (size_t)taps, sizeof(int16_t));
-    if (window == NULL || real == NULL || sizes == NULL || axis->start == NULL ||
-        axis->size == NULL || axis->weights == NULL) {
+    if (window == NULL || real == NULL || axis->start == NULL || axis->size == NULL ||
+        axis->weights == NULL) {
         free(window);
         free(real);
-        free(sizes);
         aa_axis_free(axis);
         return -1;
     }
@@ -105,7 +103,7 @@ aa_axis_weights(AxisWeights *axis, ptrdiff_t in_size, ptrdiff_t out_size, int in
             real[i * bound + j] = w;
         }
         axis->start[i] = first;
-        sizes[i] = size;
+        axis->size[i] = (int)size;
     }
     /* torch's precision: the most fraction bits (below 22) keeping 2 * largest under 2^15. */
     int precision = 0;
@@ -123,15 +121,14 @@ aa_axis_weights(AxisWeights *axis, ptrdiff_t in_size, ptrdiff_t out_size, int in
             shift = axis->start[i] + taps - in_size;
             axis->start[i] -= shift;
         }
-        for (ptrdiff_t j = 0; j < sizes[i]; j++) {
+        for (ptrdiff_t j = 0; j < axis->size[i]; j++) {
             const double v = real[i * bound + j] * (double)(1 << precision);
             axis->weights[i * taps + shift + j] = (int16_t)(v < 0 ? (int)(-0.5 + v) : (int)(0.5 + v));
         }
-        axis->size[i] = (int)(shift + sizes[i]);
+        axis->size[i] += (int)shift; /* the zeros in front count as taps */
     }
     free(window);
     free(real);
-    free(sizes);
     return 0;
 }
 
@@ -231,7 +228,8 @@ quad_back(int pixel_bytes)
     return pixel_bytes == 4 ? 0 : 4;
 }
 
-/* Whether outputs [x, x + 4) can all take the vector loads (none reads before the row). */
+/* Whether outputs [x, x + 4) can all take the vector loads (none reads before the row): the
+ * first one's window starts first, as windows never start further left than the one before. */
 static inline int
 vector_group(const AxisWeights *axis, ptrdiff_t x, ptrdiff_t back, int pixel_bytes)
 {
@@ -394,14 +392,14 @@ horizontal_avx512(const uint8_t *const *src_rows, uint8_t *const *dst_rows, ptrd
             }
             const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sums[0], sums[1]),
                                                       _mm512_packs_epi32(sums[2], sums[3]));
-            uint8_t *at = out[0] + pixel_bytes * x;
             store_four_avx512(out[3] + pixel_bytes * x, _mm512_extracti32x4_epi32(bytes, 3),
                               pixel_bytes, three_of_four);
             store_four_avx512(out[2] + pixel_bytes * x, _mm512_extracti32x4_epi32(bytes, 2),
                               pixel_bytes, three_of_four);
             store_four_avx512(out[1] + pixel_bytes * x, _mm512_extracti32x4_epi32(bytes, 1),
                               pixel_bytes, three_of_four);
-            store_four_avx512(at, _mm512_castsi512_si128(bytes), pixel_bytes, three_of_four);
+            store_four_avx512(out[0] + pixel_bytes * x, _mm512_castsi512_si128(bytes),
+                              pixel_bytes, three_of_four);
         }
         for (ptrdiff_t x = whole; x < axis->out_size; x++) {
             plain_pixel(src_rows + r, dst_rows + r, rows, pixel_bytes, axis, x);

@@ -217,7 +217,20 @@ typedef struct {
 static Py_ssize_t
 down_stop(const Resizer *rz, Py_ssize_t y)
 {
-    return Py_MIN(rz->down.start[y] + rz->down.taps, rz->down.in_size);
+    return rz->down.start[y] + rz->down.size[y];
+}
+
+/* Input rows [*first, *stop) the block of `band` output rows from y0 reads (its first row's
+ * window starts first: windows never start further up than the one before). */
+static void
+block_input_rows(const Resizer *rz, Py_ssize_t y0, Py_ssize_t band, Py_ssize_t *first,
+                 Py_ssize_t *stop)
+{
+    *first = rz->down.start[y0];
+    *stop = 0;
+    for (Py_ssize_t y = y0; y < y0 + band; y++) {
+        *stop = Py_MAX(*stop, down_stop(rz, y));
+    }
 }
 
 static void
@@ -250,11 +263,9 @@ resizer_init(Resizer *rz, const Job *job, Py_ssize_t out_height, Py_ssize_t out_
     rz->span = band;
     if (rz->resize_height) {
         for (Py_ssize_t y0 = 0; y0 < out_height; y0 += band) {
-            Py_ssize_t stop = 0;
-            for (Py_ssize_t y = y0; y < y0 + band; y++) {
-                stop = Py_MAX(stop, down_stop(rz, y));
-            }
-            rz->span = Py_MAX(rz->span, stop - rz->down.start[y0]);
+            Py_ssize_t first, stop;
+            block_input_rows(rz, y0, band, &first, &stop);
+            rz->span = Py_MAX(rz->span, stop - first);
         }
     }
     const size_t pointers = (size_t)(band + rz->down.taps + 2 * rz->span);
@@ -334,11 +345,7 @@ resize_rows(const Job *job, Resizer *rz, Py_ssize_t first, Py_ssize_t stop)
             const Py_ssize_t frame = group * job->temporal + slot;
             Py_ssize_t in_first = y0, in_stop = y0 + band, stride;
             if (rz->resize_height) {
-                in_first = rz->down.start[y0];
-                in_stop = 0;
-                for (Py_ssize_t y = y0; y < y0 + band; y++) {
-                    in_stop = Py_MAX(in_stop, down_stop(rz, y));
-                }
+                block_input_rows(rz, y0, band, &in_first, &in_stop);
             }
             const uint8_t *across =
                 across_rows(rz, job, frame, slot, in_first, in_stop, &stride);

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 
 import numpy as np
 import torch
@@ -38,6 +37,7 @@ from mediaref.models._qwen2_vl_fused_settings import (
     video_settings,
     video_target,
 )
+from mediaref.models._work_pieces import drain, run_pieces, runs
 
 __all__ = [
     "DRAFT_SOURCE_SIZE",
@@ -54,7 +54,6 @@ __all__ = [
 ]
 
 _Rows = tuple[torch.Tensor, tuple[int, int, int]]
-_T = TypeVar("_T")
 _BAND_BYTES = 1 << 20
 """An image band's size, counted at 3 bytes a pixel: small enough for its rows (and, through
 numpy's steps, its planes) to be read back from cache when normalized; the unit cut across cores."""
@@ -211,14 +210,10 @@ def _image_rows(
     rows = _RowsOut(grid[1] * grid[2], 3, settings, into)
 
     def piece(first: int, stop: int) -> None:
-        for start, end in _runs(first, stop, per_band):
+        for start, end in runs(first, stop, per_band):
             rows.write(resized[:, :, start * band : end * band], start * per_block, end * per_block)
 
-    pieces = min(pieces, blocks)
-    if executor is None or pieces < 2:
-        piece(0, blocks)
-    else:
-        _run_pieces(executor, piece, blocks, pieces)
+    run_pieces(executor, piece, blocks, pieces)
     return rows.result(), grid
 
 
@@ -257,7 +252,7 @@ def video_rows(
 
     def piece(first: int, stop: int) -> None:
         # Group by group (or a few small ones), so a group's pixels are read back from cache.
-        for start, end in _runs(first, stop, per_run):
+        for start, end in runs(first, stop, per_run):
             chunk = frames[start * t_size : end * t_size]
             shape = (len(chunk), channels, height, width)
             with scratch_buffers.lease(math.prod(shape)) as buffer:
@@ -265,11 +260,7 @@ def video_rows(
                 resized = resize_frames(chunk, height, width, into=into)
                 rows.write(resized, start * per_group, end * per_group)
 
-    pieces = min(pieces, grid[0])
-    if executor is None or pieces < 2:
-        piece(0, grid[0])
-    else:
-        _run_pieces(executor, piece, grid[0], pieces)
+    run_pieces(executor, piece, grid[0], pieces)
     return rows.result(), grid
 
 
@@ -297,58 +288,11 @@ def _resized_rows(
     per_run = max(1, _BAND_BYTES // block_bytes) if rows.normalizes else blocks
 
     def piece(first: int, stop: int) -> None:
-        for run in _runs(first, stop, per_run):
+        for run in runs(first, stop, per_run):
             rows.write_resized(frames, target, run, per_block)
 
-    pieces = min(pieces, blocks)
-    if executor is None or pieces < 2:
-        piece(0, blocks)
-    else:
-        _run_pieces(executor, piece, blocks, pieces)
+    run_pieces(executor, piece, blocks, pieces)
     return rows.result(), grid
-
-
-def _runs(first: int, stop: int, most: int) -> Iterator[tuple[int, int]]:
-    """``[first, stop)`` as near-equal consecutive runs of at most ``most``."""
-    count = -(-(stop - first) // most)
-    cuts = [first + (stop - first) * i // count for i in range(count + 1)]
-    return itertools.pairwise(cuts)
-
-
-def _run_pieces(
-    executor: Executor, piece: Callable[[int, int], None], units: int, pieces: int
-) -> None:
-    """``piece(first, stop)`` over ``units`` cut into ``pieces`` near-equal runs: the first on
-    the caller's thread (which would otherwise only wait: one core's worth of work fewer to
-    queue, one thread fewer to wake), the others on ``executor``. Returns when every run has
-    finished; the first error in run order is raised then."""
-    bounds = [units * i // pieces for i in range(pieces + 1)]
-    first, *others = itertools.pairwise(bounds)
-    futures: list[Future[None]] = []
-    here: Future[None] = Future()
-    try:
-        for run in others:
-            futures.append(executor.submit(piece, *run))
-        piece(*first)
-        here.set_result(None)
-    except BaseException as exc:  # drained with the others below, then raised in run order
-        here.set_exception(exc)
-    _drain([here, *futures])
-
-
-def _drain(futures: Sequence[Future[_T]]) -> list[_T]:
-    """Every future's result in order; every one is waited for before the first error
-    propagates, so no worker is left reading an item (or writing rows) after the call."""
-    results: list[_T] = []
-    error: BaseException | None = None
-    for future in futures:
-        try:
-            results.append(future.result())
-        except BaseException as exc:
-            error = error or exc
-    if error is not None:
-        raise error
-    return results
 
 
 def fused_rows(
@@ -381,7 +325,7 @@ def fused_rows(
         return [
             work(items[0], targets[0], settings, executor=executor, pieces=pieces, into=into[0])
         ]
-    return _drain(
+    return drain(
         [
             executor.submit(work, item, target, settings, into=out)
             for item, target, out in zip(items, targets, into, strict=True)
