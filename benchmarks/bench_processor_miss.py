@@ -27,7 +27,7 @@ venv outside the repository that holds both libraries, e.g.::
     pip install --no-deps /work/scratch/vllm/vllm-0.33.0-*.whl
     pip install "transformers<5.21" cbor2 psutil pyzmq openai pybase64 cachetools einops msgspec \\
         cloudpickle py-cpuinfo prometheus_client fastapi partial_json_parser llguidance xgrammar \\
-        av soundfile blake3 urllib3 requests openai-harmony uvloop
+        av soundfile blake3 urllib3 requests openai-harmony uvloop opencv-python-headless
     pip install -e . --no-deps
     pip install aiohttp jinja2 scipy soxr yarl simplejpeg matplotlib scikit-image  # mediaref's
 
