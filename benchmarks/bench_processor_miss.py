@@ -43,6 +43,7 @@ imports vLLM. ``--chart PATH`` draws each item's miss per toggle, mediaref besid
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import platform
@@ -102,14 +103,24 @@ def mediaref_call(toggle: bool, modality: str, ref: Any) -> Callable[[], Any]:
     return run
 
 
-def vllm_call(toggle: bool, modality: str, value: Any) -> Callable[[], Any] | None:
+@functools.cache
+def vllm_modules() -> tuple[Any, Any] | None:
+    """vLLM's ``ModelConfig`` and multimodal registry; None, said once, where vLLM does not
+    import (it is installed only in the comparison venv: see the docstring)."""
     try:
-        # vLLM is optional here: installed only in the comparison venv (see the docstring).
-        from vllm.config import ModelConfig as VllmModelConfig  # type: ignore[import-not-found]
-        from vllm.multimodal import MULTIMODAL_REGISTRY as VLLM_REGISTRY  # type: ignore[import-not-found]
+        from vllm.config import ModelConfig  # type: ignore[import-not-found]
+        from vllm.multimodal import MULTIMODAL_REGISTRY  # type: ignore[import-not-found]
     except ImportError as exc:  # not installed, or a package its multimodal layer imports is not
         print(f"no vLLM rows: {exc!r}")
         return None
+    return ModelConfig, MULTIMODAL_REGISTRY
+
+
+def vllm_call(toggle: bool, modality: str, value: Any) -> Callable[[], Any] | None:
+    modules = vllm_modules()
+    if modules is None:
+        return None
+    VllmModelConfig, VLLM_REGISTRY = modules
     path = str(builtin_model_path("qwen2_vl"))
     config = VllmModelConfig(
         model=path,

@@ -213,10 +213,9 @@ def write_patch_rows(
     install without the extension, the two numpy steps.
     """
     frames, count, height, width = pixels.shape
-    _check_out(out, frames, channels, height, width, patch_size, temporal_patch_size)
     dense = pixels.permute(0, 2, 3, 1)
     if native_patch_rows is None or count not in (3, 4) or not dense.is_contiguous():
-        patch_rows(
+        patch_rows(  # checks ``out`` itself
             to_planes(pixels, channels),
             patch_size=patch_size,
             merge_size=merge_size,
@@ -224,6 +223,7 @@ def write_patch_rows(
             out=out,
         )
         return
+    _check_out(out, frames, channels, height, width, patch_size, temporal_patch_size)
     native_patch_rows(
         dense.numpy(), frames, height, width, count, channels,
         patch_size, merge_size, temporal_patch_size, out,
