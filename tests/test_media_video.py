@@ -6,8 +6,10 @@ which frames came back, not only how many.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import av
@@ -17,6 +19,7 @@ import pytest
 import soundfile
 from PIL import Image
 
+import mediaref.media.video._pyav_container as pyav_container
 import mediaref.media.video._pyav_decode as pyav_decode
 from _audio_samples import encode_pyav
 from _image_samples import encode
@@ -212,6 +215,84 @@ def test_the_counting_fallback_decodes_every_frame_again(
 
     expected = np.linspace(0, 59, 6, dtype=int).tolist()
     assert metadata["frames_indices"] == expected == painted_indices(frames)
+
+
+def _count_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each open of a payload by the video decode, as it happens."""
+    opens: list[str] = []
+    real_open = pyav_container.open_input
+
+    def counted(data: bytes, *args: Any, **kwargs: Any) -> Any:
+        opens.append("open")
+        return real_open(data, *args, **kwargs)
+
+    monkeypatch.setattr(pyav_container, "open_input", counted)
+    return opens
+
+
+@pytest.mark.parametrize("num_frames", [-1, 5], ids=["every-frame", "sampled"])
+@pytest.mark.parametrize(("codec", "container"), CODEC_CASES)
+def test_an_mp4_is_decoded_after_one_open_as_after_two(
+    codec: str, container: str, num_frames: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After indexing, an ISO BMFF payload rewinds to its first packet instead of being opened
+    again; the frames and metadata are those of the reopened decode. Other containers reopen."""
+    data = _clip_or_skip(codec, container, num_frames=120, keyframe_interval=10)
+    rewindable = pyav_decode.REWINDABLE_DEMUXERS
+    monkeypatch.setattr(pyav_decode, "REWINDABLE_DEMUXERS", frozenset())
+    reopened, reopened_metadata = video_io(num_frames=num_frames).load_bytes(data)
+    monkeypatch.setattr(pyav_decode, "REWINDABLE_DEMUXERS", rewindable)
+    opens = _count_opens(monkeypatch)
+
+    frames, metadata = video_io(num_frames=num_frames).load_bytes(data)
+
+    assert len(opens) == (1 if container == "mp4" else 2)
+    np.testing.assert_array_equal(frames, reopened)
+    assert metadata == reopened_metadata
+
+
+def test_a_rewind_that_lands_on_another_packet_reopens(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = make_clip("h264_bframes", "mp4", num_frames=60, keyframe_interval=60)
+    expected, _ = video_io(num_frames=5).load_bytes(data)
+    real_mark = pyav_decode.packet_mark
+    # The check after the seek sees a packet other than the one the index started from.
+    monkeypatch.setattr(pyav_decode, "packet_mark", lambda p: (*real_mark(p)[:3], -1))
+    opens = _count_opens(monkeypatch)
+
+    frames, metadata = video_io(num_frames=5).load_bytes(data)
+
+    assert len(opens) == 2
+    np.testing.assert_array_equal(frames, expected)
+    assert metadata["frames_indices"] == painted_indices(frames)
+
+
+def test_a_rewind_whose_seek_fails_reopens(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = make_clip("h264", "mp4", num_frames=30)
+    expected, _ = video_io(num_frames=-1).load_bytes(data)
+    real_open = pyav_decode.open_video_stream
+
+    class SeekFails:
+        def __init__(self, container: Any) -> None:
+            self._container = container
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._container, name)
+
+        def seek(self, *args: Any, **kwargs: Any) -> None:
+            raise av.InvalidDataError(1094995529, "Invalid data found when processing input")
+
+    @contextlib.contextmanager
+    def opened(data: bytes, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
+        with real_open(data, **kwargs) as (container, stream):
+            yield SeekFails(container), stream
+
+    monkeypatch.setattr(pyav_decode, "open_video_stream", opened)
+    opens = _count_opens(monkeypatch)
+
+    frames, _ = video_io(num_frames=-1).load_bytes(data)
+
+    assert len(opens) == 2
+    np.testing.assert_array_equal(frames, expected)
 
 
 def test_a_gap_is_seeked_over_exactly_when_it_skips_enough_frames() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import av
 from av.container import InputContainer
 from av.video.stream import VideoStream
 
@@ -67,6 +68,14 @@ def header_fps(stream: VideoStream) -> float:
     return float(rate) if rate else 0.0
 
 
+PacketMark = tuple[int | None, int | None, int | None, int]
+"""What tells one packet of a stream from another: its byte position, DTS, PTS and size."""
+
+
+def packet_mark(packet: av.Packet[VideoStream]) -> PacketMark:
+    return (packet.pos, packet.dts, packet.pts, packet.size)
+
+
 @dataclass(frozen=True)
 class FrameIndex:
     """Where each frame of a stream sits, learned by demuxing packets (no decoding).
@@ -74,12 +83,14 @@ class FrameIndex:
     ``frame_pts`` lists presentation timestamps in presentation order, so ``frame_pts[i]`` is the
     timestamp of frame ``i``. It is None when the timestamps do not identify frames (a packet
     without one, or one shared by two packets); frames are then found by counting, without
-    seeking. ``keyframe_pts`` is sorted.
+    seeking. ``keyframe_pts`` is sorted. ``first_packet``: the mark of the first packet a fresh
+    open demuxes (None for a stream without packets), which a rewind to the start must land on.
     """
 
     num_frames: int
     frame_pts: list[int] | None
     keyframe_pts: list[int]
+    first_packet: PacketMark | None = None
 
     def position(self, pts: int) -> int:
         """The index of the first frame presented at or after ``pts``."""
@@ -98,7 +109,10 @@ def index_frames(container: InputContainer, stream: VideoStream) -> FrameIndex:
     frame_pts: list[int] = []
     keyframe_pts: list[int] = []
     all_timestamped = True
+    first_packet: PacketMark | None = None
     for packet in container.demux(stream):
+        if first_packet is None and packet.size:
+            first_packet = packet_mark(packet)
         # Size 0: the flush packet PyAV yields at the end. Discard: trimmed by an edit list,
         # so the decoder drops the frame and it must not take up an index.
         if packet.size == 0 or packet.is_discard:
@@ -114,6 +128,6 @@ def index_frames(container: InputContainer, stream: VideoStream) -> FrameIndex:
     # A repeated timestamp (MPEG-TS streams joined end to end restart their clock) no longer
     # names one frame: such streams are decoded by counting, without seeking.
     if not all_timestamped or any(a == b for a, b in itertools.pairwise(frame_pts)):
-        return FrameIndex(count, None, [])
+        return FrameIndex(count, None, [], first_packet)
     keyframe_pts.sort()
-    return FrameIndex(count, frame_pts, keyframe_pts)
+    return FrameIndex(count, frame_pts, keyframe_pts, first_packet)

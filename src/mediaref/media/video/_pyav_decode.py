@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -11,7 +12,13 @@ from av.container import InputContainer
 from av.video.stream import VideoStream
 
 from mediaref.media.video._frame_collector import FrameCollector
-from mediaref.media.video._pyav_container import FrameIndex, open_video_stream
+from mediaref.media.video._pyav_container import (
+    FrameIndex,
+    PacketMark,
+    index_frames,
+    open_video_stream,
+    packet_mark,
+)
 
 # A seek flushes the decoder, throwing away the frames its threads hold in flight, and the demuxer
 # has to find its place again. Below this many skipped frames, decoding through is as cheap.
@@ -19,6 +26,12 @@ MIN_FRAMES_SKIPPED_BY_SEEK = 16
 
 # Seeks that landed past their target before falling back to decoding from the start.
 _SEEK_ATTEMPTS = 3
+
+# Demuxers whose seek to a stream's first packet is exact (ISO BMFF: a seek sets every stream's
+# position in its sample table), so the decode after indexing rewinds there rather than reopening
+# the payload (a second open costs ~3-4 ms of a 480p clip's ~100 ms: the probe decodes frames).
+# The rewind is checked: the first packet after it must be the one a fresh open demuxed first.
+REWINDABLE_DEMUXERS = frozenset({"mov,mp4,m4a,3gp,3g2,mj2"})
 
 # Codecs whose "non-reference" frames no other frame can predict from, so a decoder told to skip
 # them (FFmpeg's skip_frame=NONREF) decodes every other frame to the same pixels. H.264: a
@@ -35,8 +48,10 @@ class FrameDecoder:
     """Frames of one payload in presentation order, counting every frame the codec produces.
 
     Owns the open container: :meth:`frames_from_start` reopens the payload rather than seeking to
-    its start, because some demuxers (MPEG-TS) cannot seek back to the first frame reliably.
-    Use as a context manager; the container is closed on exit.
+    its start, because some demuxers (MPEG-TS) cannot seek back to the first frame reliably,
+    except for the first decode after :meth:`index` on a :data:`REWINDABLE_DEMUXERS` container,
+    which rewinds (checked) to the packet the index started from. Use as a context manager; the
+    container is closed on exit.
     """
 
     def __init__(self, data: bytes, *, max_pixels: int | None = None) -> None:
@@ -47,6 +62,8 @@ class FrameDecoder:
         self.packets_skipped = 0
         self._opens = 0
         self._kept_pts: frozenset[int] | None = None
+        # Where a rewind to the start must land; set by index(), spent by the first decode.
+        self._rewind_mark: PacketMark | None = None
         self.container, self.stream = self._open()
 
     def __enter__(self) -> FrameDecoder:
@@ -65,10 +82,38 @@ class FrameDecoder:
             open_video_stream(self._data, max_pixels=self.max_pixels, charge_index=first)
         )
 
+    def index(self) -> FrameIndex:
+        """The stream's :func:`index_frames`, demuxed from the open (before any decode); leaves
+        the demuxer at the end, so decoding starts with :meth:`frames_from_start`."""
+        index = index_frames(self.container, self.stream)
+        if self.container.format.name in REWINDABLE_DEMUXERS:
+            self._rewind_mark = index.first_packet
+        return index
+
     def frames_from_start(self) -> Iterator[av.VideoFrame]:
-        self._opened.close()
-        self.container, self.stream = self._open()
-        return self.frames()
+        packets = self._rewound()
+        if packets is None:
+            self._opened.close()
+            self.container, self.stream = self._open()
+            packets = self.container.demux(self.stream)
+        return self._frames(packets)
+
+    def _rewound(self) -> Iterator[av.Packet[VideoStream]] | None:
+        """The stream's packets from its first, after a seek back to it; None where that is not
+        known to be exact: not right after :meth:`index` (the codec, never fed, is as a fresh
+        open leaves it), or a first packet other than the one the index started from."""
+        mark, self._rewind_mark = self._rewind_mark, None
+        if mark is None or mark[1] is None:
+            return None
+        try:
+            self.container.seek(mark[1], stream=self.stream, backward=True, any_frame=False)
+            packets = self.container.demux(self.stream)
+            first = next(packets, None)
+        except av.FFmpegError:
+            return None
+        if first is None or packet_mark(first) != mark:
+            return None
+        return itertools.chain((first,), packets)
 
     def frames_from_keyframe(self, pts: int) -> Iterator[av.VideoFrame]:
         """Frames from the keyframe the demuxer finds for ``pts``; PyAV flushes the codec."""
@@ -89,9 +134,13 @@ class FrameDecoder:
 
     def frames(self) -> Iterator[av.VideoFrame]:
         """Frames from the demuxer's current position (the start, on a fresh open) to the end."""
+        self._rewind_mark = None  # the codec is fed from here on: no rewind is exact after it
+        return self._frames(self.container.demux(self.stream))
+
+    def _frames(self, packets: Iterator[av.Packet[VideoStream]]) -> Iterator[av.VideoFrame]:
         codec_context = self.stream.codec_context
         kept = self._kept_pts if codec_context.name in SKIPPABLE_NONREF_CODECS else None
-        for packet in self.container.demux(self.stream):
+        for packet in packets:
             # Per packet: frame threads take the setting with the packet they are handed. The
             # setting outlives this generator (a seek keeps the codec context), so it is tracked
             # on the decoder, not here.

@@ -35,7 +35,6 @@ from mediaref.media.video._pyav_container import (
     header_fps,
     header_num_frames,
     header_size,
-    index_frames,
 )
 from mediaref.media.video._pyav_decode import (
     FrameDecoder,
@@ -105,7 +104,7 @@ def _decode(
         }
         # Even a full decode indexes first: the frame count sizes the output array, and charges
         # it to the request's budget, before a frame is decoded.
-        index = index_frames(decoder.container, decoder.stream)
+        index = decoder.index()
         source = loader_cls._prepare_source(_source(index.num_frames, video_fps))
         frame_idx = [
             int(i)
