@@ -84,8 +84,10 @@ def make_clip(
     height: int = 48,
     fps: int = 30,
     keyframe_interval: int = 10,
+    movflags: str | None = None,
 ) -> bytes:
-    """Encode ``num_frames`` pattern frames; cached, so tests share one encode per clip."""
+    """Encode ``num_frames`` pattern frames; cached, so tests share one encode per clip.
+    ``movflags``: the MP4 muxer's (e.g. ``frag_keyframe+empty_moov`` for a fragmented MP4)."""
     encoder, pix_fmt, options = ENCODERS[codec]
     options = dict(options)
     if encoder.startswith("libx26"):
@@ -94,7 +96,8 @@ def make_clip(
         key = "x264-params" if encoder == "libx264" else "x265-params"
         options[key] = f"{options[key]}:{params}" if key in options else params
     buffer = io.BytesIO()
-    with av.open(buffer, mode="w", format=container) as output:
+    muxer_options = {"movflags": movflags} if movflags else {}
+    with av.open(buffer, mode="w", format=container, options=muxer_options) as output:
         stream = output.add_stream(encoder, rate=Fraction(fps), options=options)
         stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         stream.codec_context.gop_size = keyframe_interval

@@ -230,14 +230,25 @@ def _count_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return opens
 
 
+# Every codec case, and a fragmented MP4 (its samples in moof boxes, found through the fragments).
+REWIND_CASES = [
+    *((codec, container, None) for codec, container in CODEC_CASES),
+    ("h264_bframes", "mp4", "frag_keyframe+empty_moov"),
+]
+
+
 @pytest.mark.parametrize("num_frames", [-1, 5], ids=["every-frame", "sampled"])
-@pytest.mark.parametrize(("codec", "container"), CODEC_CASES)
+@pytest.mark.parametrize(("codec", "container", "movflags"), REWIND_CASES)
 def test_an_mp4_is_decoded_after_one_open_as_after_two(
-    codec: str, container: str, num_frames: int, monkeypatch: pytest.MonkeyPatch
+    codec: str,
+    container: str,
+    movflags: str | None,
+    num_frames: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """After indexing, an ISO BMFF payload rewinds to its first packet instead of being opened
     again; the frames and metadata are those of the reopened decode. Other containers reopen."""
-    data = _clip_or_skip(codec, container, num_frames=120, keyframe_interval=10)
+    data = _clip_or_skip(codec, container, num_frames=120, keyframe_interval=10, movflags=movflags)
     rewindable = pyav_decode.REWINDABLE_DEMUXERS
     monkeypatch.setattr(pyav_decode, "REWINDABLE_DEMUXERS", frozenset())
     reopened, reopened_metadata = video_io(num_frames=num_frames).load_bytes(data)
