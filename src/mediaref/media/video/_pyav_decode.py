@@ -29,8 +29,9 @@ _SEEK_ATTEMPTS = 3
 
 # Demuxers whose seek to a stream's first packet is exact (ISO BMFF: a seek sets every stream's
 # position in its sample table), so the decode after indexing rewinds there rather than reopening
-# the payload (a second open costs ~3-4 ms of a 480p clip's ~100 ms: the probe decodes frames).
-# The rewind is checked: the first packet after it must be the one a fresh open demuxed first.
+# the payload (a second open, its header parse and stream probe again, cost 3-4 ms of a 480p
+# clip's ~100 ms). The rewind is checked: the first packet after it must be the one a fresh open
+# demuxed first.
 REWINDABLE_DEMUXERS = frozenset({"mov,mp4,m4a,3gp,3g2,mj2"})
 
 # Codecs whose "non-reference" frames no other frame can predict from, so a decoder told to skip
