@@ -62,6 +62,7 @@ __all__ = [
     "resize_frames",
     "resize_in_rows",
     "rgb_pixels",
+    "row_width",
     "to_planes",
     "write_patch_rows",
     "write_resized_patch_rows",
@@ -302,13 +303,18 @@ def write_resized_patch_rows(
     first, stop = blocks
     count, in_height, in_width, pixel_bytes = frames.shape
     per_block = (width // patch_size) * merge_size
-    rows = _row_shape(count, channels, height, width, patch_size, temporal_patch_size)
-    if out.shape != ((stop - first) * per_block, rows[1]) or out.dtype != np.uint8:
-        raise ValueError(f"out must be uint8 of shape {((stop - first) * per_block, rows[1])}")
+    shape = ((stop - first) * per_block, row_width(channels, patch_size, temporal_patch_size))
+    if out.shape != shape or out.dtype != np.uint8:
+        raise ValueError(f"out must be uint8 of shape {shape}")
     native_resize_patch_rows(
         frames, count, in_height, in_width, pixel_bytes, channels, height, width,
         patch_size, merge_size, temporal_patch_size, first, stop, out,
     )  # fmt: skip
+
+
+def row_width(channels: int, patch_size: int, temporal_patch_size: int) -> int:
+    """The bytes of one patch row: ``C * T * P * P``."""
+    return channels * temporal_patch_size * patch_size * patch_size
 
 
 def _row_shape(
@@ -316,7 +322,7 @@ def _row_shape(
 ) -> tuple[int, int]:
     grid_t = -(-frames // temporal_patch_size)
     grid_h, grid_w = height // patch_size, width // patch_size
-    return grid_t * grid_h * grid_w, channels * temporal_patch_size * patch_size * patch_size
+    return grid_t * grid_h * grid_w, row_width(channels, patch_size, temporal_patch_size)
 
 
 def _check_out(

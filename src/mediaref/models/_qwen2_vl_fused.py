@@ -25,6 +25,7 @@ from mediaref.models._patch_rows import (
     resize_frames,
     resize_in_rows,
     rgb_pixels,
+    row_width,
     write_patch_rows,
     write_resized_patch_rows,
 )
@@ -141,17 +142,13 @@ class _RowsOut:
         return self._floating if self._floating is not None else self._raw
 
 
-def _row_width(channels: int, settings: FusedVisionSettings) -> int:
-    return channels * settings.temporal_patch_size * settings.patch_size**2
-
-
 def _new_rows(count: int, channels: int, settings: FusedVisionSettings) -> RowsInto:
     """New buffers for ``count`` patch rows: uint8, and floating when the settings normalize
     (the output then, the uint8 rows staged before it). Plain ``torch.empty``: transparent huge
     pages asked for with ``madvise`` faulted a 97 MB batch in ~7 instead of ~45 ms, but stalled
     calls on the kernel's compaction (247 ms once; a normalized clip's miss 2.3-3x slower in
     ``bench_processor_miss.py``), so a request's latency would hang on the host's memory state."""
-    width = _row_width(channels, settings)
+    width = row_width(channels, settings.patch_size, settings.temporal_patch_size)
     raw = torch.empty((count, width), dtype=torch.uint8)
     if settings.mean is None or settings.std is None:
         return raw, None
@@ -256,8 +253,8 @@ def video_rows(
             chunk = frames[start * t_size : end * t_size]
             shape = (len(chunk), channels, height, width)
             with scratch_buffers.lease(math.prod(shape)) as buffer:
-                into = scratch_buffers.channels_last(buffer, shape)
-                resized = resize_frames(chunk, height, width, into=into)
+                scratch = scratch_buffers.channels_last(buffer, shape)
+                resized = resize_frames(chunk, height, width, into=scratch)
                 rows.write(resized, start * per_group, end * per_group)
 
     run_pieces(executor, piece, grid[0], pieces)

@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import av
 from av.container import InputContainer
@@ -68,12 +69,17 @@ def header_fps(stream: VideoStream) -> float:
     return float(rate) if rate else 0.0
 
 
-PacketMark = tuple[int | None, int | None, int | None, int]
-"""What tells one packet of a stream from another: its byte position, DTS, PTS and size."""
+class PacketMark(NamedTuple):
+    """What tells one packet of a stream from another."""
+
+    pos: int | None
+    dts: int | None
+    pts: int | None
+    size: int
 
 
 def packet_mark(packet: av.Packet[VideoStream]) -> PacketMark:
-    return (packet.pos, packet.dts, packet.pts, packet.size)
+    return PacketMark(packet.pos, packet.dts, packet.pts, packet.size)
 
 
 @dataclass(frozen=True)

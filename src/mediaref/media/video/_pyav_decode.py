@@ -104,10 +104,10 @@ class FrameDecoder:
         known to be exact: not right after :meth:`index` (the codec, never fed, is as a fresh
         open leaves it), or a first packet other than the one the index started from."""
         mark, self._rewind_mark = self._rewind_mark, None
-        if mark is None or mark[1] is None:
+        if mark is None or mark.dts is None:
             return None
         try:
-            self.container.seek(mark[1], stream=self.stream, backward=True, any_frame=False)
+            self.container.seek(mark.dts, stream=self.stream, backward=True, any_frame=False)
             packets = self.container.demux(self.stream)
             first = next(packets, None)
         except av.FFmpegError:
