@@ -55,6 +55,8 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     "VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB": (float, 256.0),  # all of one request's downloads
     "VLLM_MEDIA_URL_ALLOW_REDIRECTS": (_bool, True),
     "MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS": (_bool, False),
+    # Connections one request's downloads hold at once (in a request scope; see request_scope)
+    "MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS": (int, 16),
     "VLLM_MEDIA_CONNECTOR": (str, "http"),
     "VLLM_MEDIA_CACHE": (_optional_str, None),
     "VLLM_MEDIA_CACHE_MAX_SIZE_MB": (float, 5120.0),

@@ -56,6 +56,7 @@ _TRANSPORT_MODULES = [
     "mediaref.media._transport.local_file",
     "mediaref.media._transport.loop_thread",
     "mediaref.media._transport.payload",
+    "mediaref.media._transport.request_scope",
     "mediaref.media._transport.url_policy",
     "mediaref.media.connector",
 ]
@@ -63,6 +64,7 @@ _TRANSPORT_MODULES = [
 _NOT_FETCH_ERRORS = {
     ("mediaref.media._transport.loop_thread", "RuntimeError"),  # sync fetch on the fetch loop
     ("mediaref.media._transport.budget", "TypeError"),  # a budget built with a bad limit
+    ("mediaref.media._transport.request_scope", "ValueError"),  # a scope built with bad limits
     ("mediaref.media._transport.http_download", "AssertionError"),  # unreachable
     ("mediaref.media.connector", "AttributeError"),  # the module's lazy names: no such name
 }
@@ -82,6 +84,7 @@ _RAISED_BY_THE_TRANSPORT: tuple[type[BaseException], ...] = (
     errors.TooLargeError,  # caps and budget
     errors.HTTPStatusError,
     errors.BadResponseError,
+    errors.RequestDeadlineError,  # a request scope's deadline
     asyncio.TimeoutError,  # our deadlines, the slots, aiohttp's ClientTimeout
     aiohttp.ClientError,  # everything aiohttp raises from a request or a body read
     socket.gaierror,  # the proxied-target check resolves by itself

@@ -13,6 +13,15 @@ downloads together are held to its :class:`MediaRequestDownloadBudget`
 pass one as ``download_budget`` (the chat item tracker makes one per request). A connector built
 without one has no request-wide limit, so a long-lived connector never runs out.
 
+Time and connections: vLLM's fetch timeouts are per attempt (``VLLM_*_FETCH_TIMEOUT`` times
+``VLLM_MEDIA_FETCH_MAX_RETRIES`` attempts) and a connector's downloads are not bounded in number,
+which is what a connector built without a request scope keeps. A request's
+:class:`MediaRequestFetchScope` (mediaref's own; pass it as ``fetch_scope``, one per request, as
+the chat item tracker and the render server do) gives all of the request's downloads one
+deadline, by default the longest fetch timeout among them counted from the first, and lets at
+most ``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS`` (16) of them hold a connection at once; why is
+in ``_transport/request_scope.py``.
+
 There is one implementation with two drivers. Planning (scheme dispatch and policy), reading a
 local payload, the download coroutine and building refs are shared; the synchronous driver runs
 the download on a private event loop thread (so it also works when called from a thread whose own
@@ -28,11 +37,12 @@ embeddings at once, as vLLM's do. ``MODALITY_IO_MAP``, ``merge_media_io_kwargs``
 Errors are :mod:`mediaref.exceptions` types naming the URL and the reason: refused scheme, domain,
 address or path -> ``MediaNotAllowedError``; over a cap or the budget -> ``MediaTooLargeError``;
 404/410 or a missing file -> ``MediaNotFoundError``; another client fault (malformed URL or
-base64, a ``file:`` URL naming no regular file) -> ``MediaClientError``; timeouts ->
-``MediaTimeoutError``; 5xx (after retries), 429, dropped connections, malformed responses and
-this server running out of descriptors -> ``MediaServerError``. The table is
-``_transport/errors.py``. That holds for refs built from a ``video/jpeg`` data: URL too, whose
-base64 text goes to the decoders as is: whatever decoder it reaches, malformed base64 is a 400.
+base64, a ``file:`` URL naming no regular file) -> ``MediaClientError``; timeouts, the
+request's fetch deadline included -> ``MediaTimeoutError``; 5xx (after retries), 429, dropped
+connections, malformed responses and this server running out of descriptors ->
+``MediaServerError``. The table is ``_transport/errors.py``. That holds for refs built from a
+``video/jpeg`` data: URL too, whose base64 text goes to the decoders as is: whatever decoder it
+reaches, malformed base64 is a 400.
 """
 
 from __future__ import annotations
@@ -68,6 +78,7 @@ from mediaref.media._transport.payload import (
     scheme_of,
     strictest_max_bytes,
 )
+from mediaref.media._transport.request_scope import MediaRequestFetchScope
 from mediaref.media._transport.url_policy import HTTP_SCHEMES, URLPolicy, parse_http_url
 from mediaref.media.base import MediaIO, MediaRef, is_jpeg_frames
 from mediaref.media.decode_budget import MediaDecodedBudget
@@ -110,6 +121,9 @@ class MediaConnector:
     request's :class:`MediaRequestDownloadBudget`, shared by its downloads (None: no request-wide
     limit; each download still has its own cap). ``decoded_budget`` is charged by the decoders the
     connector builds itself, when a ``fetch_*`` call brings none (vLLM's argument).
+    ``fetch_scope`` (mediaref's own) is the request's :class:`MediaRequestFetchScope`: one
+    deadline and a connection bound for all of its downloads (None: vLLM's per-attempt timeouts
+    and retries, no bound but the HTTP client's).
 
     Unlike vLLM's, the constructor takes no ``media_io_kwargs``: how bytes decode is the
     caller's decoder's business (seeds/000).
@@ -124,6 +138,7 @@ class MediaConnector:
         allow_private_ips: bool | None = None,
         decoded_budget: MediaDecodedBudget | None = None,
         download_budget: MediaRequestDownloadBudget | None = None,
+        fetch_scope: MediaRequestFetchScope | None = None,
     ) -> None:
         self.connection = connection if connection is not None else default_http_client()
         self.allowed_local_media_path = allowed_local_media_path
@@ -134,6 +149,7 @@ class MediaConnector:
         )
         self.decoded_budget = decoded_budget
         self.download_budget = download_budget
+        self.fetch_scope = fetch_scope
 
     # --- the shared core ------------------------------------------------------------------------
 
@@ -172,6 +188,7 @@ class MediaConnector:
                     retries=max(1, envs.VLLM_MEDIA_FETCH_MAX_RETRIES) - 1,
                     budget=self.download_budget,
                     cache=disk_cache_from_env(),
+                    scope=self.fetch_scope,
                 )
             raise RefusedError(
                 f"unsupported URL scheme {scheme!r} (use data:, file:, http: or https:)"
@@ -373,6 +390,7 @@ __all__ = [
     "MediaConnector",
     "MediaRequestDownloadBudget",
     "MediaRequestDownloadSizeExceededError",
+    "MediaRequestFetchScope",
     "global_thread_pool",
     "load_media_connector",
     "merge_media_io_kwargs",

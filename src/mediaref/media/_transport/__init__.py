@@ -5,7 +5,10 @@
 ``data_url``    RFC 2397 ``data:`` URLs (base64 only)
 ``local_file``  ``file:`` URLs confined to the allowed local media path
 ``http_client`` the shared aiohttp sessions, one pair per event loop (they never decompress)
-``connection_slots`` per-origin and total connection limits, and which waits a timeout is charged
+``connection_slots`` the total connection limit (and an optional per-origin one), and which waits
+                 a timeout is charged
+``request_scope`` one request's fetch deadline and connection bound, shared by its downloads
+                 (public as ``connector.MediaRequestFetchScope``)
 ``http_download`` one capped, streamed, retried download with per-hop redirect checks
 ``http_body``   one response body under the cap, gzip/deflate decoded with a bounded output
 ``disk_cache``  the on-disk download cache shared by processes
@@ -14,5 +17,6 @@
 ``loop_thread`` the private event loop that the synchronous API runs downloads on
 ``registry``    the connector registry behind ``MEDIA_CONNECTOR_REGISTRY``
 
-Nothing here is public but the budget; :mod:`mediaref.media.connector` composes it.
+Nothing here is public but the budget and the fetch scope; :mod:`mediaref.media.connector`
+composes it.
 """

@@ -1,16 +1,26 @@
-"""Connection slots: how many downloads may talk to one origin, and to all origins, at once.
+"""Connection slots: how many downloads may hold a connection at once, in all and per origin.
 
 aiohttp's own pool limits queue a request inside the request's timeout, so with one shared limit
-a single slow origin that holds every connection makes healthy fetches to other origins time out
-while they wait. The limits live here instead, in front of the session (whose connector is
-unlimited), so the two kinds of waiting can be told apart:
+a single slow origin that holds every connection makes healthy fetches elsewhere time out while
+they wait. The limits live here instead, in front of the session (whose connector is unlimited),
+so that each kind of waiting is charged to the right clock:
 
-- waiting for a slot of the *same* origin is charged to the fetch's timeout: only that origin
-  (its slowness, or its load) can make a fetch wait there;
-- waiting for one of the total slots is not charged: any origin may be holding them. It is
-  bounded on its own (by the fetch timeout again), so a fetch takes at most that wait plus its
-  timeout. The total is many times the per-origin limit, so it binds only when many distinct
-  origins are stalled at once; it exists to keep downloads from exhausting descriptors.
+- **The total** (``MediaHTTPClient(limit=...)``) bounds the connections downloads hold, so they
+  cannot exhaust this process's descriptors. Waiting for one is not charged to an attempt's
+  timeout (any origin may be holding them); it is bounded on its own, by the fetch timeout, and
+  a download in a request scope never waits past its request's deadline (``request_scope``).
+- **Per origin: no limit unless asked for** (``MediaHTTPClient(limit_per_host=...)``). A
+  default cap of 32 per origin once kept one slow origin from taking every connection, but it
+  made stalled fetches starve healthy ones to the *same* origin: 32 stalls filled the origin's
+  slots, and a good fetch to another path there waited behind them until its own timeout. An
+  origin is the wrong unit to bound: one origin (a CDN) serves many clients' media, and a client
+  who wants more connections names more origins (another port, another hostname). What bounds
+  the load now is the request: one request holds at most ``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS``
+  connections, for at most its deadline (``request_scope``), the server admits a bounded number
+  of requests at once, and the total bounds the rest. A caller who sets a per-origin cap (to be
+  gentle with one origin it fetches much from) has waiting for it charged to the fetch's timeout,
+  since only that origin's load can make a fetch wait there, and accepts the starvation above
+  when that origin stalls.
 
 Slots belong to one event loop (asyncio primitives are loop-bound), like the sessions that use
 them. An origin's entry lives only while some fetch holds or awaits it, so names that are used
@@ -27,7 +37,8 @@ from dataclasses import dataclass, field
 Origin = tuple[str, str, int]  # scheme, canonical host, port
 
 
-async def _acquire(slots: asyncio.Semaphore, timeout_seconds: float) -> None:
+async def acquire_within(slots: asyncio.Semaphore, timeout_seconds: float) -> None:
+    """Take a slot, waiting at most ``timeout_seconds``; ``asyncio.TimeoutError`` past that."""
     if not slots.locked():
         # A free slot is taken without suspending; wait_for would fail a timeout of 0 even then.
         await slots.acquire()
@@ -43,44 +54,61 @@ class _OriginEntry:
 
 @dataclass
 class ConnectionSlots:
-    """``per_origin`` slots per origin and ``total`` over all origins, for one event loop."""
+    """``total`` slots over all origins and, unless None, ``per_origin`` slots per origin."""
 
-    per_origin: int
+    per_origin: int | None
     total: int
     _origins: dict[Origin, _OriginEntry] = field(default_factory=dict)
     _total: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.per_origin < 1 or self.total < 1:
+        if self.total < 1 or (self.per_origin is not None and self.per_origin < 1):
             raise ValueError("connection limits must be at least 1")
         self._total = asyncio.Semaphore(self.total)
 
     def origins_in_use(self) -> int:
+        """Origins with a per-origin entry (a fetch holding or awaiting one of its slots)."""
         return len(self._origins)
 
     @asynccontextmanager
     async def hold(
         self, origin: Origin, *, origin_wait_seconds: float, pool_wait_seconds: float
     ) -> AsyncIterator[float]:
-        """Hold a slot of ``origin`` and a total slot; yields the seconds spent on the latter.
+        """Hold a slot of ``origin`` (if origins are limited) and a total slot; yields the seconds
+        spent waiting for the latter.
 
         Raises ``asyncio.TimeoutError`` when either wait runs past its bound.
         """
+        if self.per_origin is None:
+            async with self._hold_total(pool_wait_seconds) as waited:
+                yield waited
+            return
+        async with self._hold_origin(origin, origin_wait_seconds):
+            # The origin's slot first: a fetch queued behind its own origin holds no total slot.
+            async with self._hold_total(pool_wait_seconds) as waited:
+                yield waited
+
+    @asynccontextmanager
+    async def _hold_total(self, wait_seconds: float) -> AsyncIterator[float]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await acquire_within(self._total, wait_seconds)
+        try:
+            yield loop.time() - started
+        finally:
+            self._total.release()
+
+    @asynccontextmanager
+    async def _hold_origin(self, origin: Origin, wait_seconds: float) -> AsyncIterator[None]:
+        assert self.per_origin is not None
         entry = self._origins.get(origin)
         if entry is None:
             entry = self._origins[origin] = _OriginEntry(asyncio.Semaphore(self.per_origin))
         entry.users += 1
         try:
-            # The origin's slot first: a fetch queued behind its own origin holds no total slot.
-            await _acquire(entry.slots, origin_wait_seconds)
+            await acquire_within(entry.slots, wait_seconds)
             try:
-                loop = asyncio.get_running_loop()
-                started = loop.time()
-                await _acquire(self._total, pool_wait_seconds)
-                try:
-                    yield loop.time() - started
-                finally:
-                    self._total.release()
+                yield
             finally:
                 entry.slots.release()
         finally:
@@ -89,4 +117,4 @@ class ConnectionSlots:
                 del self._origins[origin]
 
 
-__all__ = ["ConnectionSlots", "Origin"]
+__all__ = ["ConnectionSlots", "Origin", "acquire_within"]

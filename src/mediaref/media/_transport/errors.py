@@ -15,6 +15,7 @@ raised                             public error
 ``BadResponseError``               ``MediaServerError`` 502: a body that contradicts its headers,
                                    a content coding we did not ask for, a corrupt compressed body
 ``asyncio.TimeoutError``           ``MediaTimeoutError`` 504 (aiohttp's timeouts included)
+``RequestDeadlineError``           ``MediaTimeoutError`` 504: the request's fetch deadline passed
 aiohttp DNS error                  "no such host" -> ``MediaClientError`` 400, else 502
 ``aiohttp.InvalidURL``             ``MediaClientError`` 400
 other ``aiohttp.ClientError``      ``MediaServerError`` 502 (connection, payload, TLS, parse)
@@ -93,6 +94,10 @@ class TooLargeError(Exception):
 
 class BadResponseError(Exception):
     """The origin's response is malformed in a way a retry will not cure."""
+
+
+class RequestDeadlineError(Exception):
+    """The request's fetch deadline passed (see ``request_scope``); never retried."""
 
 
 class HTTPStatusError(Exception):
@@ -175,6 +180,7 @@ _TABLE: tuple[tuple[type[BaseException], Callable[[Any], _Verdict]], ...] = (
     (BadResponseError, lambda e: (MediaServerError, _text(e))),
     # Before OSError and aiohttp.ClientError: TimeoutError is an OSError, and aiohttp's own
     # timeouts subclass both ClientError and asyncio.TimeoutError.
+    (RequestDeadlineError, lambda e: (MediaTimeoutError, _text(e))),
     (asyncio.TimeoutError, lambda e: (MediaTimeoutError, "timed out")),
     (TimeoutError, lambda e: (MediaTimeoutError, "timed out")),
     (aiohttp.ClientConnectorDNSError, _dns),
@@ -222,7 +228,8 @@ def is_transient(exc: BaseException) -> bool:
 
     A body that is cut short or contradicts its ``Content-Length`` (``ClientPayloadError``), a
     cap or budget breach and a malformed response are final: retrying an origin that sends more
-    or less than it declared only multiplies what it can make this server download.
+    or less than it declared only multiplies what it can make this server download. So is the
+    request's passed deadline (``RequestDeadlineError``): no time is left for another attempt.
     """
     if isinstance(exc, HTTPStatusError):
         status = getattr(exc, "status", 0)
@@ -267,6 +274,7 @@ __all__ = [
     "BadResponseError",
     "HTTPStatusError",
     "RefusedError",
+    "RequestDeadlineError",
     "TooLargeError",
     "classify",
     "is_transient",

@@ -10,9 +10,10 @@ closed when that loop shuts down its async generators, as ``asyncio.run`` and ``
 do on exit.
 
 Each loop also has its :class:`~mediaref.media._transport.connection_slots.ConnectionSlots`:
-``limit_per_host`` concurrent downloads per origin and ``limit`` in all. The sessions' own
-connectors are unlimited, so aiohttp never queues a request inside its timeout; the slots do the
-limiting, and say which waits count against a fetch's timeout (see that module).
+``limit`` concurrent downloads in all and, only if ``limit_per_host`` is given, that many per
+origin (none by default: why is in that module). The sessions' own connectors are unlimited, so
+aiohttp never queues a request inside its timeout; the slots do the limiting, and say which waits
+count against a fetch's timeout (see that module).
 
 Sessions keep no cookies (one request's cookies must not travel with another's fetch), read no
 ``.netrc`` or proxy variables of their own (``trust_env=False``; proxies are chosen per request
@@ -68,16 +69,19 @@ def env_proxy_for(url: URL) -> tuple[URL, aiohttp.BasicAuth | None] | None:
     return proxy.with_user(None), auth
 
 
-# One slow origin may hold this many connections; every other origin still gets its own.
-DEFAULT_LIMIT_PER_HOST = 32
-# Many times the per-origin limit, so it is not the bottleneck; it bounds descriptors.
+# No per-origin limit: it starved healthy fetches to an origin behind stalled ones to the same
+# origin, and a request's own bound and deadline now limit what it can do to one (see
+# connection_slots). None keeps the name for callers that pass it on.
+DEFAULT_LIMIT_PER_HOST: int | None = None
+# Bounds descriptors, well under a common soft limit of 1024 open files. One request holds at
+# most MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS (16) of these, so filling them takes 32 requests.
 DEFAULT_LIMIT = 512
 
 
 class _LoopSessions:
     """The two sessions and the connection slots of one event loop, sessions made on first use."""
 
-    def __init__(self, limit: int, limit_per_host: int) -> None:
+    def __init__(self, limit: int, limit_per_host: int | None) -> None:
         self.slots = ConnectionSlots(per_origin=limit_per_host, total=limit)
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
         self.closed = False
@@ -117,9 +121,9 @@ class MediaHTTPClient:
     """Shared aiohttp sessions for media downloads, per event loop (see the module docstring)."""
 
     def __init__(
-        self, *, limit: int = DEFAULT_LIMIT, limit_per_host: int = DEFAULT_LIMIT_PER_HOST
+        self, *, limit: int = DEFAULT_LIMIT, limit_per_host: int | None = DEFAULT_LIMIT_PER_HOST
     ) -> None:
-        if limit < 1 or limit_per_host < 1:
+        if limit < 1 or (limit_per_host is not None and limit_per_host < 1):
             raise ValueError("limit and limit_per_host must be at least 1")
         self._limit = limit
         self._limit_per_host = limit_per_host

@@ -7,9 +7,17 @@ decoding (see ``http_body``). Timeouts, dropped connections, 5xx, 408 and 429 ar
 bounded number of times; a cap or budget breach and a body that contradicts its headers are final.
 
 Deadlines: every attempt (all its hops and its body) has the full fetch timeout, which is the
-origin's time: connecting, waiting for a slot of the same origin, and the response. Time spent
-waiting for one of the client's total connection slots, which any other origin may be holding,
-is not charged to it (see ``connection_slots``).
+origin's time: connecting, waiting for a slot of the same origin (if origins are limited), and
+the response. Time spent waiting for one of the client's total connection slots, which any other
+origin may be holding, is not charged to it (see ``connection_slots``). That is vLLM's clock, and
+without a request scope the only one: a download may take the timeout times the attempts.
+
+In a request scope (``request_scope``) the download also has its request's deadline, which
+nothing extends: each attempt ends by it, every wait (the request's own connection slots, the
+client's slots, the backoff) ends by it, and a retry starts only if time remains after the
+backoff. A timeout that leaves no time for another attempt is reported as the deadline
+(``RequestDeadlineError``). Each hop holds one of the request's connection slots, taken before
+the client's, so a download queued behind its own request holds nothing others wait for.
 
 The disk cache and the policy: an entry is keyed by the requested URL *and* the fingerprint of the
 policy it was fetched under (address policy, domain allow-list, whether redirects are followed).
@@ -24,9 +32,13 @@ The requested URL is also checked against the current policy before the cache is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import math
+import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,6 +61,7 @@ from mediaref.media._transport.errors import (
 )
 from mediaref.media._transport.http_body import read_body
 from mediaref.media._transport.http_client import MediaHTTPClient, env_proxy_for
+from mediaref.media._transport.request_scope import MediaRequestFetchScope, RequestDeadline
 from mediaref.media._transport.url_policy import (
     URLPolicy,
     canonical_host,
@@ -66,6 +79,7 @@ _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _FIRST_BACKOFF_SECONDS = 0.05
 _MAX_BACKOFF_SECONDS = 1.0
 _CACHE_KEY_VERSION = "v2"  # v1 keyed by the URL alone
+_TIMEOUTS = (asyncio.TimeoutError, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,7 @@ class DownloadRequest:
     retries: int
     budget: MediaRequestDownloadBudget | None  # the request's; None: no request-wide limit
     cache: DiskCache | None
+    scope: MediaRequestFetchScope | None = None  # the request's; None: vLLM's per-attempt clock
 
     def cache_key(self) -> str:
         # yarl's normal form: equivalent spellings of the URL share an entry.
@@ -143,23 +158,55 @@ async def download(client: MediaHTTPClient, request: DownloadRequest) -> bytes:
 
 
 async def _download_with_retries(client: MediaHTTPClient, request: DownloadRequest) -> bytes:
+    scope = request.scope
+    deadline = scope.deadline(request.timeout_seconds) if scope is not None else None
     for attempt in range(request.retries + 1):
+        backoff = min(_FIRST_BACKOFF_SECONDS * 2**attempt, _MAX_BACKOFF_SECONDS)
         try:
-            return await _attempt(client, request)
+            return await _attempt(client, request, deadline)
         except Exception as exc:
             # The attempt's bytes stay charged: the budget counts retried attempts (see budget).
+            if deadline is not None and not deadline.allows(backoff):
+                # No time for another attempt: a timeout now is the request's deadline at work.
+                if isinstance(exc, _TIMEOUTS):
+                    raise deadline.passed() from exc
+                raise
             if attempt == request.retries or not is_transient(exc):
                 raise
             logger.debug("media fetch %s failed (%s); retrying", request.url, exc)
-        await asyncio.sleep(min(_FIRST_BACKOFF_SECONDS * 2**attempt, _MAX_BACKOFF_SECONDS))
+        await asyncio.sleep(backoff)
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _remaining_seconds(loop: asyncio.AbstractEventLoop, deadline: float) -> float:
-    remaining = deadline - loop.time()
-    if remaining <= 0:
-        raise asyncio.TimeoutError()
-    return remaining
+@dataclass
+class _AttemptClock:
+    """One attempt's time: its fetch timeout, extended by waits for the client's total slots,
+    and never past its request's deadline (see the module docstring)."""
+
+    until: float  # time.monotonic()
+    request: RequestDeadline | None
+
+    def remaining(self) -> float:
+        """Seconds left; the request's deadline error or ``asyncio.TimeoutError`` when none are."""
+        request_left = self.request.remaining() if self.request is not None else math.inf
+        left = self.until - time.monotonic()
+        if left <= 0:
+            raise asyncio.TimeoutError()
+        return min(left, request_left)
+
+    def pool_wait(self, timeout_seconds: float) -> float:
+        """How long to wait for a total slot: the fetch timeout, within the request's deadline."""
+        if self.request is None:
+            return timeout_seconds
+        return min(timeout_seconds, self.request.remaining())
+
+
+def _request_slot(
+    request: DownloadRequest, deadline: RequestDeadline | None
+) -> AbstractAsyncContextManager[None]:
+    if request.scope is None or deadline is None:
+        return contextlib.nullcontext()
+    return request.scope.connection(deadline)
 
 
 async def _check_proxied_target(url: URL, policy: URLPolicy, timeout_seconds: float) -> None:
@@ -192,32 +239,36 @@ def _origin(url: URL) -> Origin:
     return (url.scheme, canonical_host(url.raw_host or ""), url.port or 0)
 
 
-async def _attempt(client: MediaHTTPClient, request: DownloadRequest) -> bytes:
+async def _attempt(
+    client: MediaHTTPClient, request: DownloadRequest, deadline: RequestDeadline | None
+) -> bytes:
     """One attempt: every hop and the body, within one fetch timeout (see the docstring)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + request.timeout_seconds
+    clock = _AttemptClock(time.monotonic() + request.timeout_seconds, deadline)
     slots = await client.connection_slots()
     url = request.url
     for _hop in range(MAX_REDIRECT_HOPS + 1):
         check_url(url, request.policy)
         proxy = env_proxy_for(url)
         if proxy is not None:
-            await _check_proxied_target(url, request.policy, _remaining_seconds(loop, deadline))
+            await _check_proxied_target(url, request.policy, clock.remaining())
         session = await client.session(
             check_addresses=proxy is None and not request.policy.allow_private_ips
         )
-        async with slots.hold(
-            _origin(url),
-            origin_wait_seconds=_remaining_seconds(loop, deadline),
-            pool_wait_seconds=request.timeout_seconds,
-        ) as pool_wait_seconds:
-            deadline += pool_wait_seconds  # another origin's hold is not this origin's time
+        async with (
+            _request_slot(request, deadline),
+            slots.hold(
+                _origin(url),
+                origin_wait_seconds=clock.remaining(),
+                pool_wait_seconds=clock.pool_wait(request.timeout_seconds),
+            ) as pool_wait_seconds,
+        ):
+            clock.until += pool_wait_seconds  # another origin's hold is not this origin's time
             async with session.get(
                 url,
                 allow_redirects=False,
                 proxy=proxy[0] if proxy else None,
                 proxy_auth=proxy[1] if proxy else None,
-                timeout=aiohttp.ClientTimeout(total=_remaining_seconds(loop, deadline)),
+                timeout=aiohttp.ClientTimeout(total=clock.remaining()),
             ) as response:
                 location = _redirect_location(response, request.allow_redirects)
                 if location is None:

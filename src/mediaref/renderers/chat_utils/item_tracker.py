@@ -11,9 +11,10 @@ unified ``vision_chunk`` modality, which must be concrete before the renderer se
 Decoders are resolved through the model's processing info
 (:meth:`~mediaref.processing.context.BaseProcessingInfo.get_media_io`), with the request's
 ``media_io_kwargs`` over the model config's. The tracker owns the request's
-:class:`~mediaref.media.connector.MediaRequestDownloadBudget` and
+:class:`~mediaref.media.connector.MediaRequestDownloadBudget`,
+:class:`~mediaref.media.connector.MediaRequestFetchScope` and
 :class:`~mediaref.media.decode_budget.MediaDecodedBudget`; the default connector is built with
-the former, from ``VLLM_MEDIA_CONNECTOR``, on the first fetch.
+the first two, from ``VLLM_MEDIA_CONNECTOR``, on the first fetch.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mediaref.media.base import MediaIO
 from mediaref.media.connector import (
     MediaConnector,
     MediaRequestDownloadBudget,
+    MediaRequestFetchScope,
     load_media_connector,
 )
 from mediaref.media.decode_budget import MediaDecodedBudget
@@ -90,6 +92,7 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
         self._media_ios: dict[str, MediaIO[Any]] = {}
         self.decoded_budget = MediaDecodedBudget()
         self.download_budget = MediaRequestDownloadBudget()
+        self.fetch_scope = MediaRequestFetchScope()
 
     # -- the model -------------------------------------------------------------------------------
 
@@ -150,12 +153,14 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
 
     @property
     def connector(self) -> MediaConnector:
-        """This request's connector (built on first use, with the request's download budget)."""
+        """This request's connector (built on first use, with the request's download budget and
+        fetch scope)."""
         if self._connector is None:
             self._connector = load_media_connector(
                 allowed_local_media_path=self.allowed_local_media_path,
                 allowed_media_domains=self.allowed_media_domains,
                 download_budget=self.download_budget,
+                fetch_scope=self.fetch_scope,
             )
         return self._connector
 
