@@ -1,14 +1,18 @@
 """The shared-memory object-store caches: written by the frontend, read by a worker process.
 
 A real second process (spawned) attaches to the segment by name and reads items through the
-handles the sender hands out, as vLLM's workers do; eviction, signatures and oversize handling
-are checked against the ring itself.
+handles the sender hands out, as vLLM's workers do (it inherits the segment's name and the secret
+through the environment, as they do); eviction, signatures, item MACs, oversize handling and the
+orphan rule are checked against the ring itself. The holes an attack found (the secret in the
+segment, rewritten items served, SIGKILLed writers' segments leaked) are pinned in
+``tests/security/test_shm_cache_trust.py``.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -24,6 +28,8 @@ from mediaref.cache import (
     processor_cache_from_config,
     worker_receiver_cache_from_config,
 )
+from mediaref.cache._shm_reclaim import current_creator, reclaim_orphans
+from mediaref.cache._shm_secret import SECRET_ENV
 from mediaref.cache.shm import shm_handle_of
 from mediaref.inputs import (
     MultiModalBatchedField,
@@ -52,6 +58,7 @@ def shm_config(capacity_bytes: int = 1 << 20, max_object_mb: int = 128, world_si
 @pytest.fixture
 def fresh_segment_name(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(SECRET_ENV, raising=False)  # the sender exports one; gone afterwards
     yield ""
 
 
@@ -318,7 +325,8 @@ def test_features_without_data_are_left_alone(fresh_segment_name: str) -> None:
 def test_segment_naming_and_cleanup(fresh_segment_name: str) -> None:
     sender = sender_for(shm_config())
     name = os.environ[ENV]  # named by the sender and exported for the workers
-    assert name.startswith("mediaref_mm_cache_")
+    me = current_creator()
+    assert name.startswith(f"mediaref_mm_cache_{me.pid_namespace}_{me.pid}_{me.start_ticks}_")
     assert os.path.exists(f"/dev/shm/{name}")
     sender.close()
     assert not os.path.exists(f"/dev/shm/{name}")
@@ -337,3 +345,107 @@ def test_factories_build_the_shm_pair(fresh_segment_name: str) -> None:
     finally:
         assert sender is not None
         sender.close()
+
+
+# --- the secret and the item MACs -----------------------------------------------------------------
+
+
+def test_a_reader_needs_the_writer_s_secret(
+    fresh_segment_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = shm_config()
+    sender = sender_for(config)
+    try:
+        handle, _ = sender.get_and_update_item((blob(16, 9), []), "h")
+        exported = bytes.fromhex(os.environ[SECRET_ENV])
+        assert exported == sender._shm_cache._secret  # left for the workers it starts
+        with pytest.raises(ValueError, match="not the one shared memory"):
+            ShmObjectStoreReceiverCache(
+                config, multiprocessing.Lock(), secret=secrets.token_bytes(32)
+            )
+        monkeypatch.delenv(SECRET_ENV)
+        with pytest.raises(ValueError, match="no shared-memory cache secret"):
+            ShmObjectStoreReceiverCache(config, multiprocessing.Lock())
+        reader = ShmObjectStoreReceiverCache(config, multiprocessing.Lock(), secret=exported)
+        assert reader.get_and_update_item(handle, "h")["x"].data[0] == 9
+        reader.close()
+    finally:
+        sender.close()
+
+
+def test_a_refused_item_still_counts_as_read(fresh_segment_name: str) -> None:
+    """A worker that refuses an object consumes its handle, so the FIFO ring is not pinned."""
+    config = shm_config(capacity_bytes=4096)
+    sender = sender_for(config)
+    reader = ShmObjectStoreReceiverCache(config, multiprocessing.Lock())
+    try:
+        a, _ = sender.get_and_update_item((blob(1500, 1), []), "a")
+        b, _ = sender.get_and_update_item((blob(1500, 2), []), "b")
+        _, view = sender._shm_cache.ring.payload(a["address"].data)
+        with view:
+            view[-1] ^= 0xFF  # the last byte of a's tensor
+        with pytest.raises(ValueError, match="has been modified or is invalid"):
+            reader.get_and_update_item(a, "a")
+        # a, the oldest, is freed for c (b, unread, stays): had the refusal not counted, c would
+        # be served whole.
+        assert shm_handle_of(sender.get_and_update_item((blob(1500, 3), []), "c")[0]) is not None
+        assert sender.is_cached(["a", "b", "c"]) == [False, True, True]
+        assert reader.get_and_update_item(b, "b")["x"].data[0] == 2
+    finally:
+        reader.close()
+        sender.close()
+
+
+def test_a_moved_object_fails_its_mac(fresh_segment_name: str) -> None:
+    """Bytes that are the writer's, but another key's object, are refused: the MAC binds the key
+    and the place, not only the bytes."""
+    config = shm_config()
+    sender = sender_for(config)
+    reader = ShmObjectStoreReceiverCache(config, multiprocessing.Lock())
+    try:
+        a, _ = sender.get_and_update_item((blob(64, 1), []), "a")
+        b, _ = sender.get_and_update_item((blob(64, 2), []), "b")
+        ring = sender._shm_cache.ring
+        _, source = ring.payload(a["address"].data)
+        _, target = ring.payload(b["address"].data)
+        with source, target:
+            target[4:] = source[4:]  # a's MAC and bytes over b's (b's read count kept)
+        with pytest.raises(ValueError, match="has been modified or is invalid"):
+            reader.get_and_update_item(b, "b")
+    finally:
+        reader.close()
+        sender.close()
+
+
+# --- orphaned segments: the rule ------------------------------------------------------------------
+
+
+def _fake_segment(name: str) -> str:
+    path = f"/dev/shm/{name}"
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    return path
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/ns"), reason="needs /proc (Linux)")
+def test_only_segments_of_dead_creators_here_are_reclaimed() -> None:
+    me = current_creator()
+    tail = secrets.token_hex(8)
+    live = _fake_segment(f"mediaref_mm_cache_{me.pid_namespace}_{me.pid}_{me.start_ticks}_{tail}")
+    # The same pid, started at another time: the pid was recycled, its writer is gone.
+    recycled = _fake_segment(
+        f"mediaref_mm_cache_{me.pid_namespace}_{me.pid}_{me.start_ticks + 1}_{tail}"
+    )
+    # Another pid namespace (a container sharing /dev/shm): its pids cannot be checked here.
+    elsewhere = _fake_segment(
+        f"mediaref_mm_cache_{me.pid_namespace + 1}_{me.pid}_{me.start_ticks + 1}_{tail}"
+    )
+    unknown = _fake_segment(f"mediaref_mm_cache_{secrets.token_hex(16)}")  # no creator in it
+    try:
+        removed = reclaim_orphans()
+        assert os.path.basename(recycled) in removed and not os.path.exists(recycled)
+        for kept in (live, elsewhere, unknown):
+            assert os.path.exists(kept)
+    finally:
+        for path in (live, recycled, elsewhere, unknown):
+            if os.path.exists(path):
+                os.unlink(path)

@@ -2,27 +2,44 @@
 
 Layout of the segment::
 
-    [32-byte secret][ring of `capacity` bytes ...]
+    [32-byte creator header][32-byte writer tag][ring of `capacity` bytes ...]
     chunk := [int32 chunk id][int32 chunk size, header included][payload ...]
+
+The creator header (magic, pid namespace, pid, process start time; see ``_shm_reclaim``) lets a
+later writer tell that this one is gone and remove a segment it left behind; a writer removes such
+orphans when it starts. The writer tag is the store's to fill (a check value that lets a reader
+tell it was given the right key); the ring only keeps it. No secret lives in the segment: anyone
+who can map it could read one there.
 
 The writer (one process) allocates chunks at the ring's head and frees them from its tail, oldest
 first, when a predicate says the oldest is no longer needed; a chunk never wraps around the end of
 the ring (the tail gap is skipped). Addresses are logical offsets (the physical place is the
 address modulo the ring's size) that start over at 0 whenever the ring empties; chunk ids keep
 counting, and a chunk's id, written into the chunk, lets a reader detect that the place it was
-given has since been reused. The secret is random and lives in the segment itself,
-so the readers — and only processes that can map the segment — can check the writer's signatures.
+given has since been reused.
+
+Segments are created with mode 0600 (``multiprocessing.shared_memory``'s own mode, narrowed
+further by the umask): other users can neither map nor remove them.
 """
 
 from __future__ import annotations
 
-import secrets
 import threading
 import weakref
 from collections.abc import Callable
 from multiprocessing import resource_tracker, shared_memory
 
-SECRET_BYTES = 32
+from mediaref.cache._shm_reclaim import (
+    CREATOR_HEADER_BYTES,
+    creator_from_header,
+    creator_header,
+    current_creator,
+    reclaim_if_orphaned,
+    reclaim_orphans,
+)
+
+TAG_BYTES = 32
+HEADER_BYTES = CREATOR_HEADER_BYTES + TAG_BYTES
 CHUNK_HEADER_BYTES = 8
 ID_LIMIT = 1 << 31  # chunk ids are int32 >= 0 and wrap around here
 
@@ -59,6 +76,19 @@ def _attach(name: str) -> shared_memory.SharedMemory:
             resource_tracker.register = register
 
 
+def _create(name: str, size: int) -> shared_memory.SharedMemory:
+    """Create the segment; a name left taken by a dead writer is reclaimed once and retried."""
+    try:
+        return shared_memory.SharedMemory(name=name, create=True, size=size)
+    except FileExistsError:
+        if not reclaim_if_orphaned(name):
+            raise FileExistsError(
+                f"shared memory {name!r} exists and its writer is alive (or cannot be told "
+                "gone): two writers may not share one segment"
+            ) from None
+    return shared_memory.SharedMemory(name=name, create=True, size=size)
+
+
 def _release(segment: shared_memory.SharedMemory, unlink: bool) -> None:
     try:
         segment.close()
@@ -80,21 +110,27 @@ class ShmRingBuffer:
         self.capacity = capacity
         self.is_writer = create
         if create:
-            self._segment = shared_memory.SharedMemory(
-                name=name, create=True, size=SECRET_BYTES + capacity
-            )
+            reclaim_orphans()
+            self._segment = _create(name, HEADER_BYTES + capacity)
             buf = self._segment.buf
             assert buf is not None  # just created
-            buf[:SECRET_BYTES] = secrets.token_bytes(SECRET_BYTES)
+            buf[:CREATOR_HEADER_BYTES] = creator_header(current_creator())
         else:
             self._segment = _attach(name)
-            if self._segment.size < SECRET_BYTES + capacity:
-                size = self._segment.size
-                _release(self._segment, unlink=False)
-                raise ValueError(
-                    f"shared memory {name!r} holds {size} bytes, fewer than the "
-                    f"{SECRET_BYTES + capacity} this cache is configured for"
+            problem = None
+            if self._segment.size < HEADER_BYTES + capacity:
+                problem = (
+                    f"holds {self._segment.size} bytes, fewer than the "
+                    f"{HEADER_BYTES + capacity} this cache is configured for"
                 )
+            else:
+                buf = self._segment.buf
+                assert buf is not None  # just attached
+                if creator_from_header(bytes(buf[:CREATOR_HEADER_BYTES])) is None:
+                    problem = "is not a mediaref cache segment (no creator header)"
+            if problem is not None:
+                _release(self._segment, unlink=False)
+                raise ValueError(f"shared memory {name!r} {problem}")
         self.name = name
         self._closer = weakref.finalize(self, _release, self._segment, create)
         # Writer bookkeeping: live chunks, oldest first (ids are allocated in order).
@@ -111,8 +147,15 @@ class ShmRingBuffer:
         return buf
 
     @property
-    def secret(self) -> bytes:
-        return bytes(self._buf[:SECRET_BYTES])
+    def tag(self) -> bytes:
+        """The writer tag: ``TAG_BYTES`` the store chose (zeros until it writes them)."""
+        return bytes(self._buf[CREATOR_HEADER_BYTES:HEADER_BYTES])
+
+    def write_tag(self, tag: bytes) -> None:
+        self._require_writer()
+        if len(tag) != TAG_BYTES:
+            raise ValueError(f"a ring's writer tag is {TAG_BYTES} bytes, got {len(tag)}")
+        self._buf[CREATOR_HEADER_BYTES:HEADER_BYTES] = tag
 
     def _require_writer(self) -> None:
         if not self.is_writer:
@@ -134,7 +177,7 @@ class ShmRingBuffer:
         if address + size - self._tail > self.capacity:
             raise MemoryError("the shared-memory ring is full")
         chunk_id = self._next_id
-        start = SECRET_BYTES + address % self.capacity
+        start = HEADER_BYTES + address % self.capacity
         header = chunk_id.to_bytes(4, "little", signed=True) + size.to_bytes(
             4, "little", signed=True
         )
@@ -155,7 +198,7 @@ class ShmRingBuffer:
         offset = address % self.capacity
         if offset + CHUNK_HEADER_BYTES > self.capacity:
             raise ValueError(f"invalid shared-memory address {address}")
-        start = SECRET_BYTES + offset
+        start = HEADER_BYTES + offset
         buf = self._buf
         chunk_id = _int32(buf[start : start + 4])
         size = _int32(buf[start + 4 : start + 8])
@@ -194,4 +237,4 @@ class ShmRingBuffer:
         self._closer()
 
 
-__all__ = ["CHUNK_HEADER_BYTES", "SECRET_BYTES", "ShmRingBuffer"]
+__all__ = ["CHUNK_HEADER_BYTES", "HEADER_BYTES", "TAG_BYTES", "ShmRingBuffer"]

@@ -9,6 +9,10 @@ arrays::
 Leaves are tensors (any dtype, bfloat16 included; copied out to the CPU), numpy arrays of a plain
 dtype, ``bytes``, ``str``, ``int``, ``float``, ``bool`` and ``None``; lists and tuples nest. A
 value outside that set is refused with a ``ValueError`` (the sender then serves it uncached).
+
+Decoding reads bytes the caller has already copied out of the segment and checked (``_shm_store``
+checks each object's MAC first); each tensor, array and ``bytes`` leaf is copied once more into a
+buffer of its own, so the item keeps nothing of that copy alive and every array is aligned.
 """
 
 from __future__ import annotations
@@ -139,9 +143,12 @@ class _Reader:
         self.data = data
 
     def raw(self, offset: int, nbytes: int) -> bytes:
+        return bytes(self.span(offset, nbytes))
+
+    def span(self, offset: int, nbytes: int) -> memoryview:
         if offset < 0 or nbytes < 0 or offset + nbytes > self.data.nbytes:
             raise ValueError("a buffer runs past the end of its shared-memory object")
-        return bytes(self.data[offset : offset + nbytes])  # a copy: the chunk may be reused
+        return self.data[offset : offset + nbytes]
 
     def value(self, node: dict[str, Any]) -> Any:
         ((tag, body),) = node.items()
@@ -156,12 +163,12 @@ class _Reader:
             dtype = _torch_dtype(name)
             if nbytes == 0:
                 return torch.empty(shape, dtype=dtype)
-            flat = torch.frombuffer(bytearray(self.raw(offset, nbytes)), dtype=torch.uint8)
+            flat = torch.frombuffer(bytearray(self.span(offset, nbytes)), dtype=torch.uint8)
             return flat.view(dtype).reshape(shape)
         if tag == "A":
             dtype_str, shape, offset, nbytes = body
             return (
-                np.frombuffer(self.raw(offset, nbytes), dtype=np.dtype(dtype_str))
+                np.frombuffer(self.span(offset, nbytes), dtype=np.dtype(dtype_str))
                 .reshape(shape)
                 .copy()
             )
@@ -174,22 +181,23 @@ class _Reader:
         raise ValueError(f"unknown value tag {tag!r} in shared memory")
 
 
-def deserialize_item(payload: memoryview) -> MultiModalKwargsItem:
-    """The item :func:`serialize_item` wrote into ``payload`` (copied out: nothing refers to the
-    shared memory afterwards)."""
-    length = int.from_bytes(payload[:_LENGTH_BYTES], "little")
-    end = _LENGTH_BYTES + length
-    if end > payload.nbytes:
-        raise ValueError("a shared-memory object's header runs past its end")
-    header = json.loads(bytes(payload[_LENGTH_BYTES:end]))
-    with payload[end:] as buffers:
-        reader = _Reader(buffers)
-        return MultiModalKwargsItem(
-            {
-                key: MultiModalFieldElem(reader.value(tree), _field_of(spec))
-                for key, spec, tree in header["fields"]
-            }
-        )
+def deserialize_item(data: bytes | bytearray | memoryview) -> MultiModalKwargsItem:
+    """The item :func:`serialize_item` wrote; ``data`` is the caller's checked copy of the
+    payload (the item refers to none of it afterwards)."""
+    with memoryview(data) as payload:
+        length = int.from_bytes(payload[:_LENGTH_BYTES], "little")
+        end = _LENGTH_BYTES + length
+        if end > payload.nbytes:
+            raise ValueError("a shared-memory object's header runs past its end")
+        header = json.loads(bytes(payload[_LENGTH_BYTES:end]))
+        with payload[end:] as buffers:
+            reader = _Reader(buffers)
+            return MultiModalKwargsItem(
+                {
+                    key: MultiModalFieldElem(reader.value(tree), _field_of(spec))
+                    for key, spec, tree in header["fields"]
+                }
+            )
 
 
 __all__ = ["deserialize_item", "serialize_item", "write_payload"]

@@ -7,7 +7,14 @@ transfer at all. The ring is FIFO: an item is freed, oldest first, once every wo
 every handle given out for it (see ``_shm_store``).
 
 The segment is named by ``VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME``; when it is unset, the sender
-names one and exports the name, so workers it starts afterwards find the segment.
+names one and exports the name, so workers it starts afterwards find the segment. A name the
+sender makes carries its pid and start time, and a sender that starts removes the segments of
+senders that died without removing theirs (a SIGKILLed process group); see ``_shm_reclaim``.
+
+**The secret.** Handles are signed, and every stored item carries a MAC, under a 32-byte secret
+that the sender draws and keeps in its own memory, never in the segment. A worker is given it as
+``secret=`` or, as vLLM builds its workers, finds it in the environment the sender left for the
+processes it starts (``_shm_secret`` says why that channel).
 """
 
 from __future__ import annotations
@@ -15,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Sequence
 from multiprocessing.synchronize import Lock as LockType
 from typing import Any, TypeAlias, cast
@@ -36,7 +42,9 @@ from mediaref.cache._settings import (
     shm_max_object_bytes_of,
     world_size_of,
 )
+from mediaref.cache._shm_reclaim import segment_name
 from mediaref.cache._shm_ring import ShmRingBuffer
+from mediaref.cache._shm_secret import export_secret, inherited_secret, new_secret
 from mediaref.cache._shm_store import ShmObjectStore
 from mediaref.inputs import MultiModalBatchedField, MultiModalFieldElem, MultiModalKwargsItem
 
@@ -57,7 +65,7 @@ def buffer_name() -> str:
     """The segment's name: ``VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME``, set here if unset."""
     name = envs.VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME
     if name is None:
-        name = f"mediaref_mm_cache_{uuid.uuid4().hex}"
+        name = segment_name()
         # Exported so the worker processes started after this one open the same segment.
         os.environ["VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME"] = name
     return str(name)
@@ -100,12 +108,15 @@ class ShmObjectStoreSenderCache(BaseMultiModalProcessorCache):
     def __init__(self, vllm_config: Any) -> None:
         model_config = model_config_of(vllm_config)
         self.world_size = world_size_of(vllm_config)
+        secret = new_secret()
         ring = ShmRingBuffer(_ring_capacity(vllm_config), buffer_name(), create=True)
         self._shm_cache = ShmObjectStore(
             ring,
+            secret=secret,
             max_object_size=shm_max_object_bytes_of(model_config),
             n_readers=self.world_size,
         )
+        export_secret(secret)
         self._p0_cache: dict[str, Sequence[Any]] = {}  # prompt updates stay on the frontend
         self._lock = threading.Lock()
         self._hits = 0
@@ -222,19 +233,31 @@ class ShmObjectStoreReceiverCache(BaseMultiModalReceiverCache):
     """A worker's (P1) half: replaces each address item with the item read from shared memory.
 
     ``shared_worker_lock`` is one ``multiprocessing.Lock`` shared by every worker reading this
-    segment. An item that carries its data is passed through.
+    segment. ``secret`` is the sender's; by default the one it exported for the processes it
+    started (``MEDIAREF_SHM_CACHE_SECRET``). An item that carries its data is passed through; an
+    address item whose object fails its MAC is refused (``ValueError``, as a stale handle is),
+    never served.
     """
 
-    def __init__(self, vllm_config: Any, shared_worker_lock: LockType) -> None:
+    def __init__(
+        self, vllm_config: Any, shared_worker_lock: LockType, *, secret: bytes | None = None
+    ) -> None:
         model_config = model_config_of(vllm_config)
         self.world_size = world_size_of(vllm_config)
+        if secret is None:
+            secret = inherited_secret()
         ring = ShmRingBuffer(_ring_capacity(vllm_config), buffer_name(), create=False)
-        self._shm_cache = ShmObjectStore(
-            ring,
-            max_object_size=shm_max_object_bytes_of(model_config),
-            n_readers=self.world_size,
-            reader_lock=shared_worker_lock,
-        )
+        try:
+            self._shm_cache = ShmObjectStore(
+                ring,
+                secret=secret,
+                max_object_size=shm_max_object_bytes_of(model_config),
+                n_readers=self.world_size,
+                reader_lock=shared_worker_lock,
+            )
+        except BaseException:
+            ring.close()
+            raise
 
     def get_and_update_features(self, mm_features: list[_Feature]) -> list[_Feature]:
         """Resolve the features that carry an item; a feature without data (its payload was
