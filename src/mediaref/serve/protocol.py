@@ -1,27 +1,33 @@
 """The render routes' request shapes: vLLM 0.33's ``ChatCompletionRequest`` and
 ``CompletionRequest``, the fields a render server reads.
 
-Fields keep vLLM's names, types and defaults; a field of the wrong type is a 400 naming it, and
-fields these routes do not read are ignored, as vLLM's ``OpenAIBaseModel`` ignores extra fields.
+Fields keep vLLM's names, types and defaults; a field of the wrong type, or a value vLLM's
+request models refuse, is a 400 naming it, found before anything is fetched or rendered (only
+the output budget's checks wait for the prompt's length: :mod:`mediaref.serve.sampling`). Fields
+these routes do not read are ignored, as vLLM's ``OpenAIBaseModel`` ignores extra fields. A chat
+request's messages, ``tools`` and ``tool_choice`` are :mod:`mediaref.serve._chat_shapes`'s; the
+sampling fields are :mod:`mediaref.serve.sampling`'s.
+
 What the server's trust options refuse (``media_io_kwargs`` / ``mm_processor_kwargs`` without
 ``--trust-request-mm-kwargs``, ``chat_template`` without ``--trust-request-chat-template``, a
 content part's ``uuid`` without ``--trust-request-mm-uuids``) is a 400 too, and a request
 carrying more media items than ``--max-items-per-request`` is a 413, checked before anything is
-fetched. The sampling fields are resolved into the response's ``sampling_params`` by
-:mod:`mediaref.serve.responses`.
+fetched.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mediaref.exceptions import MediaTooLargeError, VLLMValidationError
 from mediaref.renderers.chat_utils.chat_message import TEXT_PART_TYPES
 from mediaref.serve import _fields as f
+from mediaref.serve._chat_shapes import chat_tool_choice, chat_tools, check_message
 from mediaref.serve.options import ServeOptions
+from mediaref.serve.sampling import SamplingRequest, parse_sampling
 
 MMPayload = Literal["tensors", "none"]
 
@@ -31,6 +37,12 @@ MAX_COMPLETION_PROMPTS = 1024
 _CACHE_SALT_FORBIDDEN = frozenset("@/\\\x00")
 _MAX_CACHE_SALT_CHARS = 128
 _NON_MEDIA_PART_TYPES = TEXT_PART_TYPES | {"tool_reference"}
+# Fields both routes read whose vLLM type is not optional (an explicit null is refused).
+_NOT_NULL = ("priority", "request_id", "mm_payload")
+_NOT_NULL_CHAT = ("add_generation_prompt", "continue_final_message", "include_reasoning")
+_NOT_NULL_COMPLETION = ("add_special_tokens",)
+# The largest integer MessagePack carries (unsigned 64-bit), as vLLM's _verify_extra_args says.
+_UINT64_END = 2**64
 
 
 @dataclass(frozen=True)
@@ -47,9 +59,8 @@ class RenderCommon:
     priority: int
     kv_transfer_params: dict[str, Any] | None
     ec_transfer_params: dict[str, Any] | None
-    max_tokens: int | None
-    sampling: Mapping[str, Any] = field(default_factory=dict)
-    """The sampling fields the client set (validated), by ``SamplingParams`` name."""
+    sampling: SamplingRequest
+    """The sampling fields the client set, validated (:mod:`mediaref.serve.sampling`)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,7 @@ class ChatRenderRequest(RenderCommon):
     continue_final_message: bool = False
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    tools: list[Any] | None = None
+    tools: list[dict[str, Any]] | None = None
     tool_choice: Any = "none"
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
@@ -73,95 +84,81 @@ class CompletionRenderRequest(RenderCommon):
     add_special_tokens: bool = True
 
 
-# SamplingParams name -> (request field, kind): what ``to_sampling_params`` copies over.
-_SAMPLING_FIELDS: dict[str, str] = {
-    "n": "int>=1",
-    "presence_penalty": "number",
-    "frequency_penalty": "number",
-    "repetition_penalty": "number",
-    "temperature": "number",
-    "top_p": "number",
-    "top_k": "int",
-    "min_p": "number",
-    "seed": "int",
-    "stop": "str_list",
-    "stop_token_ids": "int_list",
-    "bad_words": "str_list",
-    "allowed_token_ids": "int_list",
-    "ignore_eos": "bool",
-    "min_tokens": "int>=0",
-    "prompt_logprobs": "int",
-    "skip_special_tokens": "bool",
-    "spaces_between_special_tokens": "bool",
-    "include_stop_str_in_output": "bool",
-}
-
-
-def _sampling(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
-    readers: dict[str, Callable[[str], object]] = {
-        "int": lambda name: f.get_int(body, name, None),
-        "int>=1": lambda name: f.get_int(body, name, None, ge=1),
-        "int>=0": lambda name: f.get_int(body, name, None, ge=0),
-        "number": lambda name: f.get_number(body, name, None),
-        "bool": lambda name: f.get_bool(body, name, None),
-        "str_list": lambda name: f.get_str_list(body, name),
-        "int_list": lambda name: f.get_int_list(body, name),
-    }
-    given = {name: readers[kind](name) for name, kind in _SAMPLING_FIELDS.items()}
-    if chat:  # chat: logprobs is a switch and top_logprobs the count
-        if f.get_bool(body, "logprobs", False):
-            given["logprobs"] = f.get_int(body, "top_logprobs", 0, ge=-1)
-    else:
-        given["logprobs"] = f.get_int(body, "logprobs", None, ge=-1)
-    return {name: value for name, value in given.items() if value is not None}
-
-
 def _mm_payload(body: Mapping[str, Any]) -> MMPayload:
-    if body.get("mm_payload") is None and body.get("return_mm_kwargs") is False:
+    alias = f.get_bool(body, "return_mm_kwargs", None)
+    if alias is False and "mm_payload" not in body:
         return "none"  # vLLM's deprecated alias
-    return (
-        "none"
-        if f.get_choice(body, "mm_payload", ("tensors", "none"), "tensors") == "none"
-        else "tensors"
-    )
+    choice = f.get_choice(body, "mm_payload", ("tensors", "none"), "tensors")
+    return "none" if choice == "none" else "tensors"
 
 
 def _cache_salt(body: Mapping[str, Any]) -> str | None:
-    salt = f.get_str(body, "cache_salt", None)
-    if salt is not None and (
-        not salt or len(salt) > _MAX_CACHE_SALT_CHARS or _CACHE_SALT_FORBIDDEN & set(salt)
-    ):
+    salt = body.get("cache_salt")
+    if salt is None:
+        return None
+    if not isinstance(salt, str) or not salt:
         raise VLLMValidationError(
-            "Parameter 'cache_salt' must be a non-empty string of at most 128 characters and "
-            "must not contain '@', '/', '\\', or NUL.",
+            "Parameter 'cache_salt' must be a non-empty string if provided.",
+            parameter="cache_salt",
+        )
+    if len(salt) > _MAX_CACHE_SALT_CHARS or _CACHE_SALT_FORBIDDEN & set(salt):
+        raise VLLMValidationError(
+            "Parameter 'cache_salt' must be at most 128 characters and must not contain "
+            "'@', '/', '\\', or NUL.",
             parameter="cache_salt",
         )
     return salt
 
 
-def _common(body: Mapping[str, Any], request_id: str | None, *, chat: bool) -> dict[str, Any]:
-    max_tokens = f.get_int(body, "max_tokens", None if chat else 16, ge=0)
-    if chat:
-        max_tokens = f.get_int(body, "max_completion_tokens", max_tokens, ge=0)
-    stream = bool(f.get_bool(body, "stream", False))
-    stream_options = f.get_dict(body, "stream_options")
-    if stream_options and not stream:
+def _stream_options(body: Mapping[str, Any], stream: bool) -> dict[str, Any] | None:
+    """vLLM's ``StreamOptions`` as it dumps: both switches (default false), then extra keys."""
+    options = f.get_dict(body, "stream_options")
+    if options and not stream:
         raise VLLMValidationError(
             "Stream options can only be defined when `stream=True`.", parameter="stream_options"
         )
+    if options is None:
+        return None
+    for name in ("include_usage", "continuous_usage_stats"):
+        value = options.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise f.refuse(f"stream_options.{name}", "a boolean", value)
+    return {"include_usage": False, "continuous_usage_stats": False, **options}
+
+
+def _transfer_params(body: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """``kv_transfer_params`` / ``ec_transfer_params``: an object whose integers MessagePack
+    carries (vLLM checks them as ``SamplingParams.extra_args``, where they travel)."""
+    params = f.get_dict(body, name)
+    pending: list[Any] = [params] if params else []
+    while pending:  # iterative: a deeply nested object must not exhaust the stack
+        value = pending.pop()
+        if f.is_int(value) and not f.INT64_MIN <= value < _UINT64_END:
+            raise VLLMValidationError(
+                f"{name} integers must be between -2**63 and 2**64 - 1.", parameter=name
+            )
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return params
+
+
+def _common(body: Mapping[str, Any], request_id: str | None, *, chat: bool) -> dict[str, Any]:
+    f.refuse_nulls(body, _NOT_NULL)
+    stream = bool(f.get_bool(body, "stream", False))
     return {
         "model": f.get_str(body, "model", None),
         "request_id": request_id or f.get_str(body, "request_id", None) or uuid.uuid4().hex,
         "mm_payload": _mm_payload(body),
         "stream": stream,
-        "stream_options": stream_options,
+        "stream_options": _stream_options(body, stream),
         "return_token_ids": f.get_bool(body, "return_token_ids", None),
         "cache_salt": _cache_salt(body),
         "priority": f.get_int(body, "priority", 0),
-        "kv_transfer_params": f.get_dict(body, "kv_transfer_params"),
-        "ec_transfer_params": f.get_dict(body, "ec_transfer_params"),
-        "max_tokens": max_tokens,
-        "sampling": _sampling(body, chat=chat),
+        "kv_transfer_params": _transfer_params(body, "kv_transfer_params"),
+        "ec_transfer_params": _transfer_params(body, "ec_transfer_params"),
+        "sampling": parse_sampling(body, chat=chat, stream=stream),
     }
 
 
@@ -171,14 +168,43 @@ def _json_object(body: object) -> Mapping[str, Any]:
     return body
 
 
+def _media_io_kwargs(body: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+    kwargs = f.get_dict(body, "media_io_kwargs")
+    for modality, values in (kwargs or {}).items():  # vLLM's dict[str, dict[str, Any]]
+        if not isinstance(values, dict):
+            raise f.refuse(f"media_io_kwargs.{modality}", "an object", values)
+    return kwargs
+
+
+def _check_trust(body: Mapping[str, Any], options: ServeOptions) -> None:
+    """Refuse the per-request overrides the server's options do not trust."""
+    if body.get("chat_template") is not None and not options.trust_request_chat_template:
+        raise VLLMValidationError(
+            "Chat template is passed with request, but --trust-request-chat-template is not set. "
+            "Refused request with untrusted chat template.",
+            parameter="chat_template",
+        )
+    for name in ("mm_processor_kwargs", "media_io_kwargs"):
+        if f.get_dict(body, name) and not options.trust_request_mm_kwargs:
+            raise VLLMValidationError(
+                f"Per-request {name} are disabled by default because they can change "
+                "multimodal resource usage. Start the server with --trust-request-mm-kwargs "
+                "only when clients are trusted.",
+                parameter=name,
+            )
+
+
 def parse_chat_request(
     body: object, options: ServeOptions, *, request_id: str | None = None
 ) -> ChatRenderRequest:
     """A ``/v1/chat/completions/render`` body, validated; ``request_id``: the X-Request-Id."""
     body = _json_object(body)
     messages = f.get_list(body, "messages")
-    if not messages or not all(isinstance(m, dict) for m in messages):
+    if not messages:
         raise f.refuse("messages", "a non-empty array of message objects", body.get("messages"))
+    for index, message in enumerate(messages):
+        check_message(message, f"messages[{index}]")
+    f.refuse_nulls(body, _NOT_NULL_CHAT)
     add_generation_prompt = bool(f.get_bool(body, "add_generation_prompt", True))
     continue_final_message = bool(f.get_bool(body, "continue_final_message", False))
     if add_generation_prompt and continue_final_message and "add_generation_prompt" in body:
@@ -187,25 +213,9 @@ def parse_chat_request(
             parameter="continue_final_message",
         )
     chat_template = f.get_str(body, "chat_template", None)
-    if chat_template is not None and not options.trust_request_chat_template:
-        raise VLLMValidationError(
-            "Chat template is passed with request, but --trust-request-chat-template is not set. "
-            "Refused request with untrusted chat template.",
-            parameter="chat_template",
-        )
-    media_io_kwargs = f.get_dict(body, "media_io_kwargs")
-    mm_processor_kwargs = f.get_dict(body, "mm_processor_kwargs")
-    for name, value in (
-        ("mm_processor_kwargs", mm_processor_kwargs),
-        ("media_io_kwargs", media_io_kwargs),
-    ):
-        if value and not options.trust_request_mm_kwargs:
-            raise VLLMValidationError(
-                f"Per-request {name} are disabled by default because they can change "
-                "multimodal resource usage. Start the server with --trust-request-mm-kwargs "
-                "only when clients are trusted.",
-                parameter=name,
-            )
+    _check_trust(body, options)
+    tools = chat_tools(body)
+    tool_choice = chat_tool_choice(body, tools)
     check_media_parts(messages, options)
     return ChatRenderRequest(
         **_common(body, request_id, chat=True),
@@ -214,12 +224,12 @@ def parse_chat_request(
         continue_final_message=continue_final_message,
         chat_template=chat_template,
         chat_template_kwargs=f.get_dict(body, "chat_template_kwargs") or {},
-        tools=f.get_list(body, "tools"),
-        tool_choice=body.get("tool_choice", "none"),
+        tools=tools,
+        tool_choice=tool_choice,
         parallel_tool_calls=f.get_bool(body, "parallel_tool_calls", True),
         include_reasoning=bool(f.get_bool(body, "include_reasoning", True)),
-        media_io_kwargs=media_io_kwargs,
-        mm_processor_kwargs=mm_processor_kwargs,
+        media_io_kwargs=_media_io_kwargs(body),
+        mm_processor_kwargs=f.get_dict(body, "mm_processor_kwargs"),
     )
 
 
@@ -253,6 +263,29 @@ def check_media_parts(messages: list[Any], options: ServeOptions) -> None:
         )
 
 
+def _token_ids(value: object) -> list[int] | None:
+    """A non-empty array of token ids (JSON integers, or numbers with no fraction, as pydantic's
+    ``int`` takes them), else None."""
+    if not isinstance(value, list) or not value:
+        return None
+    ids = [f.as_int(token) for token in value]
+    return [token for token in ids if token is not None] if None not in ids else None
+
+
+def _prompts(prompt: object) -> list[str | list[int]]:
+    """``prompt`` as a list of prompts: a string, strings, token ids or lists of token ids."""
+    if isinstance(prompt, str):
+        return [prompt]
+    single = _token_ids(prompt)
+    if single is not None:
+        return [single]
+    if isinstance(prompt, list):
+        prompts = [item if isinstance(item, str) else _token_ids(item) for item in prompt]
+        if None not in prompts:
+            return [item for item in prompts if item is not None]
+    raise f.refuse("prompt", "a string, an array of strings, or (arrays of) token ids", prompt)
+
+
 def parse_completion_request(
     body: object, options: ServeOptions, *, request_id: str | None = None
 ) -> CompletionRenderRequest:
@@ -269,18 +302,7 @@ def parse_completion_request(
         )
     if body.get("suffix") is not None:
         raise VLLMValidationError("suffix is not supported for this model", parameter="suffix")
-    prompts: list[str | list[int]]
-    if isinstance(prompt, str):
-        prompts = [prompt]
-    elif isinstance(prompt, list) and all(f.is_int(t) for t in prompt):
-        prompts = [list(prompt)]
-    elif isinstance(prompt, list) and all(
-        isinstance(p, str) or (isinstance(p, list) and p and all(f.is_int(t) for t in p))
-        for p in prompt
-    ):
-        prompts = list(prompt)
-    else:
-        raise f.refuse("prompt", "a string, an array of strings, or (arrays of) token ids", prompt)
+    prompts = _prompts(prompt)
     if len(prompts) > MAX_COMPLETION_PROMPTS:
         raise VLLMValidationError(
             f"prompt list length {len(prompts)} exceeds the maximum allowed count of "
@@ -289,6 +311,7 @@ def parse_completion_request(
         )
     if any(isinstance(p, list) and min(p) < 0 for p in prompts):
         raise f.refuse("prompt", "token ids >= 0", prompt)
+    f.refuse_nulls(body, _NOT_NULL_COMPLETION)
     return CompletionRenderRequest(
         **_common(body, request_id, chat=False),
         prompts=prompts,

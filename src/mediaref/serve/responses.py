@@ -11,62 +11,17 @@ one per prompt) is the request a generate server takes next::
      "cache_salt": ..., "priority": 0, "kv_transfer_params": ..., "ec_transfer_params": ...}
 
 ``sampling_params`` holds the fields of vLLM's ``SamplingParams`` that the request resolves
-(request value, else OpenAI's default), ``max_tokens`` resolved as vLLM's ``get_max_tokens`` does
-(at most the context left after the prompt). It is not the engine's whole ``SamplingParams``
-dump: fields no request can set here stay the engine's business.
+(its values, validated and normalized as ``SamplingParams`` leaves them, else OpenAI's defaults;
+``max_tokens`` resolved as vLLM's ``get_max_tokens`` does, at most the context left after the
+prompt): :mod:`mediaref.serve.sampling`. It is not the engine's whole ``SamplingParams`` dump:
+fields no request can set here stay the engine's business.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from mediaref.exceptions import VLLMValidationError
 from mediaref.serve.protocol import ChatRenderRequest, RenderCommon
-
-# vLLM's request defaults for the SamplingParams fields a request leaves unset.
-SAMPLING_DEFAULTS: Mapping[str, Any] = {
-    "n": 1,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "top_k": 0,
-    "min_p": 0.0,
-    "seed": None,
-    "stop": [],
-    "stop_token_ids": [],
-    "bad_words": [],
-    "allowed_token_ids": None,
-    "ignore_eos": False,
-    "max_tokens": None,
-    "min_tokens": 0,
-    "logprobs": None,
-    "prompt_logprobs": None,
-    "skip_special_tokens": True,
-    "spaces_between_special_tokens": True,
-    "include_stop_str_in_output": False,
-    "detokenize": True,
-}
-
-
-def resolve_max_tokens(requested: int | None, prompt_len: int, max_model_len: int) -> int:
-    """vLLM's ``get_max_tokens``: the request's, capped by the context the prompt leaves."""
-    if prompt_len > max_model_len:
-        raise VLLMValidationError(
-            f"Input length ({prompt_len}) exceeds model's maximum context length "
-            f"({max_model_len}).",
-            parameter="messages",
-        )
-    left = max_model_len - prompt_len
-    return left if requested is None else min(requested, left)
-
-
-def sampling_params(request: RenderCommon, prompt_len: int, max_model_len: int) -> dict[str, Any]:
-    params = {**SAMPLING_DEFAULTS, **request.sampling}
-    params["max_tokens"] = resolve_max_tokens(request.max_tokens, prompt_len, max_model_len)
-    return params
 
 
 def _history_tool_calls(messages: list[Any]) -> int:
@@ -104,7 +59,7 @@ def generate_request(
         "token_ids": token_ids,
         "token_offsets": None,
         "features": features,
-        "sampling_params": sampling_params(request, len(token_ids), max_model_len),
+        "sampling_params": request.sampling.resolve(len(token_ids), max_model_len),
         "model": request.model,
         "reasoning_ended": None,
         "reasoning_parser_kwargs": None,
@@ -121,9 +76,6 @@ def generate_request(
 
 
 __all__ = [
-    "SAMPLING_DEFAULTS",
     "generate_request",
     "parse_context",
-    "resolve_max_tokens",
-    "sampling_params",
 ]

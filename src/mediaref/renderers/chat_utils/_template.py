@@ -33,10 +33,13 @@ from mediaref.renderers.chat_utils.types import (
 _CONTENT_LOOP = re.compile(r"for\s+\w+\s+in\s+\w+\s*(\[\s*['\"]content['\"]\s*\]|\.content\b)")
 _PROBE_BEFORE = "<<mediaref-placeholder-probe-before>>"
 _PROBE_AFTER = "<<mediaref-placeholder-probe-after>>"
-# Arguments of apply_chat_template that chat_template_kwargs must not smuggle in.
+# Arguments of apply_chat_template, and the variables it hands the template itself, that
+# chat_template_kwargs must not smuggle in.
 _RESERVED_TEMPLATE_ARGS = frozenset(
     {
         "conversation",
+        "messages",
+        "documents",
         "chat_template",
         "tokenize",
         "add_generation_prompt",
@@ -175,6 +178,12 @@ class ModelChatTemplate:
             # raise_exception() in a template: the conversation broke the template's rules.
             raise VLLMValidationError(
                 f"the chat template rejected the conversation: {exc}", parameter="messages"
+            ) from exc
+        except TypeError as exc:
+            # A template kwarg HF's renderer cannot take alongside its own (vLLM answers 400).
+            raise VLLMValidationError(
+                f"chat_template_kwargs do not fit the chat template: {exc}",
+                parameter="chat_template_kwargs",
             ) from exc
         return str(rendered)
 
