@@ -58,6 +58,32 @@ def test_bad_options_exit_2_naming_the_option() -> None:
     assert out.returncode == 2 and "--repeat" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("serve", "--allowed-local-media-path", "/nonexistent/media"),
+        ("serve", "--max-connections", "0"),
+        ("serve", "--body-timeout", "-1"),
+        ("serve", "--model", "/nonexistent/model"),
+        ("render", "missing-request.json"),
+    ],
+    ids=["local-path", "connections", "body-timeout", "model", "request-file"],
+)
+def test_bad_settings_exit_2_with_one_line_before_serving(args: tuple[str, ...]) -> None:
+    out = run(*args, "--port", "0") if args[0] == "serve" else run(*args)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "listening" not in out.stderr
+
+
+def test_version_is_the_installed_distributions() -> None:
+    from importlib import metadata
+
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"mediaref {metadata.version('mediaref')}"
+
+
 def test_relative_file_urls_resolve_against_the_request(tmp_path: Path) -> None:
     body = {"a": ["file:x.jpg", "file:///abs.jpg", "http://h/file:y"]}
     resolved = resolve_relative_file_urls(body, tmp_path)

@@ -61,6 +61,9 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     "VLLM_MEDIA_CACHE": (_optional_str, None),
     "VLLM_MEDIA_CACHE_MAX_SIZE_MB": (float, 5120.0),
     "VLLM_MEDIA_CACHE_TTL_HOURS": (float, 24.0),
+    # Serving: an idle keep-alive connection closes after this; `mediaref serve` also gives a
+    # connection this long to send a whole request's headers (--header-timeout)
+    "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": (float, 5.0),
     # Processing (vLLM has this as the model config's mm_processor_cache_gb, not a variable)
     "MEDIAREF_MM_PROCESSOR_CACHE_GB": (float, 4.0),
     # Qwen2-VL's fused exact image/video path (bit-identical to HF's default processors); off:

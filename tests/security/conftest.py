@@ -1,12 +1,15 @@
-"""Fixtures only the security tests request: a second origin, and a raw-socket origin."""
+"""Fixtures only the security tests request: a second origin, a raw-socket origin, and a render
+server on a loopback port for the modules that define a ``service`` fixture."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from _front_door import Server, running
 from _http_server import MediaServer, RawOrigin
+from mediaref.serve.service import RenderService
 
 
 @pytest.fixture
@@ -27,3 +30,10 @@ def raw_origin() -> Iterator[RawOrigin]:
         yield origin
     finally:
         origin.stop()
+
+
+@pytest.fixture
+async def server(service: RenderService) -> AsyncIterator[Server]:
+    """The module's ``service`` behind the real front door (``mediaref serve``'s stack)."""
+    async with running(service) as server:
+        yield server

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from mediaref import envs
+from mediaref.exceptions import VLLMValidationError
 from mediaref.media.executor import get_media_executor
 from mediaref.models._qwen2_vl_fused import fused_rows, joined_rows
 from mediaref.models._qwen2_vl_fused_settings import (
@@ -132,7 +133,7 @@ def call_with_fused_path(
         except Exception as exc:
             # As the HF call's failures surface (a ValueError naming the step), so a caller
             # maps a failing item the same way whichever path it took.
-            raise ValueError(
+            raise VLLMValidationError(
                 f"Failed to apply the fused Qwen2-VL {modality.data_key} path: {exc}"
             ) from exc
         fused[modality.data_key] = dict(zip(job_positions, rows, strict=True))

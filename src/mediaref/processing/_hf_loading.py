@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from cachetools import LRUCache
 
+from mediaref.exceptions import VLLMValidationError
+
 if TYPE_CHECKING:
     from transformers import BatchFeature
 
@@ -155,9 +157,9 @@ def call_hf_processor(
 ) -> BatchFeature:
     """``hf_processor(**data, **kwargs)`` returning PyTorch tensors on the CPU.
 
-    A processor failure is a ``ValueError`` naming the processor, the data's keys and the kwargs
-    (not the data: a payload has no place in an error message); memory exhaustion propagates
-    as itself.
+    A processor failure is a :class:`~mediaref.exceptions.VLLMValidationError` (a ``ValueError``,
+    HTTP 400, as vLLM answers it) naming the processor, the data's keys and the kwargs (not the
+    data: a payload has no place in an error message); memory exhaustion propagates as itself.
     """
     from transformers import BatchFeature
 
@@ -170,7 +172,8 @@ def call_hf_processor(
     except MemoryError:
         raise
     except Exception as exc:
-        raise ValueError(
+        # What the processor refuses is the request's input (vLLM answers it 400 as well).
+        raise VLLMValidationError(
             f"Failed to apply {type(hf_processor).__name__} on data with keys "
             f"{sorted(data)} and kwargs={allowed}: {exc}"
         ) from exc

@@ -8,20 +8,46 @@ when it could not fit the context at all; after it, the token ids are truncated 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from mediaref.exceptions import VLLMValidationError
 
-# A token never spans more characters than this in practice (vLLM's tokenizers report their own
-# ``max_chars_per_token``); the pre-check only refuses text that cannot possibly fit.
+# For a tokenizer with no vocabulary to measure: a token never spans more characters than this in
+# practice; the pre-check only refuses text that cannot possibly fit.
 _DEFAULT_MAX_CHARS_PER_TOKEN = 32
+
+# A prefix cut inside a word may encode that word's start as more tokens than the whole text
+# does; a prefix is only taken to exceed the context by more than this.
+_PREFIX_CUT_SLACK_TOKENS = 8
+# The first prefix tried holds this many characters per allowed token: most text encodes at 3-5,
+# so an over-long text is usually refused on that first prefix.
+_FIRST_PREFIX_CHARS_PER_TOKEN = 4
+
+_measured_chars_per_token: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def _max_chars_per_token(tokenizer: Any) -> int:
+    """The longest token's length in characters: the tokenizer's own figure (vLLM's cached
+    tokenizers carry one), else measured once over its vocabulary, as vLLM measures it."""
     value = getattr(tokenizer, "max_chars_per_token", None)
-    return int(value) if isinstance(value, int) and value > 0 else _DEFAULT_MAX_CHARS_PER_TOKEN
+    if isinstance(value, int) and value > 0:
+        return value
+    try:
+        return _measured_chars_per_token[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    vocab = get_vocab() if callable(get_vocab) else None
+    measured = max(map(len, vocab), default=0) if vocab else 0
+    measured = measured if measured > 0 else _DEFAULT_MAX_CHARS_PER_TOKEN
+    try:
+        _measured_chars_per_token[tokenizer] = measured
+    except TypeError:  # not weakly referenceable: measured again next time
+        pass
+    return measured
 
 
 @dataclass(frozen=True)
@@ -98,30 +124,75 @@ class TokenizeParams:
             "add_special_tokens": self.add_special_tokens,
         }
 
+    def max_input_chars(self, tokenizer: Any) -> int | None:
+        """The most characters a prompt may have: the context times the longest token."""
+        limit = self.max_input_tokens
+        if limit is None or tokenizer is None:
+            return None
+        return limit * _max_chars_per_token(tokenizer)
+
+    def check_text_chars(self, tokenizer: Any, num_chars: int) -> None:
+        """Refuse ``num_chars`` characters of text that no tokenization could fit in the
+        context (unless a truncation is asked for: the text is cut instead)."""
+        max_chars = self.max_input_chars(tokenizer)
+        if max_chars is None or num_chars <= max_chars or self.truncate_prompt_tokens is not None:
+            return
+        raise VLLMValidationError(
+            f"This model's maximum context length is {self.max_total_tokens} tokens; "
+            f"the prompt has {num_chars} characters, more than {max_chars} "
+            f"could encode to. Please reduce the length of the input prompt.",
+            parameter="input_text",
+            value=num_chars,
+        )
+
     def apply_pre_tokenization(self, tokenizer: Any, prompt: dict[str, Any]) -> dict[str, Any]:
         """Lower-case the text if asked; refuse (or, with a truncation side, cut) text longer
         than the context could hold at any tokenization."""
         text = str(prompt["prompt"])
-        limit = self.max_input_tokens
-        if limit is not None and tokenizer is not None:
-            max_chars = limit * _max_chars_per_token(tokenizer)
-            if len(text) > max_chars:
-                if self.truncate_prompt_tokens is None:
-                    raise VLLMValidationError(
-                        f"This model's maximum context length is {self.max_total_tokens} tokens; "
-                        f"the prompt has {len(text)} characters, more than {max_chars} "
-                        f"could encode to. Please reduce the length of the input prompt.",
-                        parameter="input_text",
-                        value=len(text),
-                    )
-                if self.truncation_side == "left":
-                    text = text[-max_chars:]
-                elif self.truncation_side == "right":
-                    text = text[:max_chars]
+        max_chars = self.max_input_chars(tokenizer)
+        if max_chars is not None and len(text) > max_chars:
+            self.check_text_chars(tokenizer, len(text))
+            if self.truncation_side == "left":
+                text = text[-max_chars:]
+            elif self.truncation_side == "right":
+                text = text[:max_chars]
         if self.do_lower_case:
             text = text.lower()
         prompt["prompt"] = text
         return prompt
+
+    def check_text_tokens(self, tokenizer: Any, text: str) -> None:
+        """Refuse ``text`` as soon as a prefix of it encodes to more tokens than the context
+        holds, encoding no more of it than that takes (mediaref's; vLLM encodes it whole).
+
+        Prefixes double from about four characters per allowed token, so an over-long text is
+        refused after encoding a few times the context's worth of characters, not all of them
+        (the character bound of :meth:`apply_pre_tokenization` allows up to the longest token's
+        length per token). A text that fits is encoded whole once more here; short ones are not
+        looked at. Does nothing when a truncation is asked for (the text is cut, not refused).
+        """
+        limit = self.max_input_tokens
+        if limit is None or tokenizer is None or self.truncate_prompt_tokens is not None:
+            return
+        if len(text) <= limit:
+            return  # encoding it costs no more than the check would
+        size = min(len(text), (limit + 1) * _FIRST_PREFIX_CHARS_PER_TOKEN)
+        while True:
+            whole = size >= len(text)
+            count = len(tokenizer.encode(text[:size], add_special_tokens=False))
+            excess = count - (0 if whole else _PREFIX_CUT_SLACK_TOKENS)
+            if excess > limit:
+                raise VLLMValidationError(
+                    f"This model's maximum context length is {self.max_total_tokens} tokens. "
+                    f"However, your prompt contains at least {excess} input tokens, which "
+                    "exceeds this limit even without any output tokens. Please reduce the "
+                    "length of the input prompt.",
+                    parameter="input_tokens",
+                    value=excess,
+                )
+            if whole:
+                return
+            size = min(len(text), size * 2)
 
     def truncation_slice(self, num_tokens: int, tokenizer: Any = None) -> slice | None:
         """The slice of ``num_tokens`` tokens to keep (None: all of them)."""

@@ -93,6 +93,7 @@ class PromptRendering:
                     "use 'prompt_token_ids' for token ID inputs"
                 )
             prompt = params.apply_pre_tokenization(self.tokenizer, prompt)
+            params.check_text_tokens(self.tokenizer, prompt["prompt"])
             encoded = self.get_tokenizer().encode(prompt["prompt"], **params.get_encode_kwargs())
             prompt["prompt_token_ids"] = list(encoded)
         prompt = params.apply_post_tokenization(self.tokenizer, prompt)

@@ -6,12 +6,19 @@ payload out, no inference), ``GET /health`` and ``GET /metrics``; ``mediaref ren
 request offline. One concept a module:
 
 - :mod:`.options`: the server's settings and their multi-tenant defaults;
-- :mod:`.protocol` (with :mod:`._fields`): the request shapes, validated;
+- :mod:`.protocol` (with :mod:`._fields`, :mod:`._chat_shapes`, :mod:`.sampling`): the request
+  shapes, validated as vLLM's models validate them;
 - :mod:`.responses`, :mod:`.features`: the response shape (``GenerateRequest``), with
   :mod:`.encoded_cache` (a repeated item's tensors are not encoded again) and :mod:`.json_body`
   (writing megabytes of base64 without re-scanning them);
-- :mod:`.errors`: every failure's status and OpenAI-shaped body;
-- :mod:`.service`: rendering one request (both commands);
+- :mod:`.errors`: every failure's status and OpenAI-shaped body; :mod:`.logs`: the access log,
+  refused requests (rate-limited) and the level;
+- the front door, what no client may exceed: :mod:`.connections` (connections counted),
+  :mod:`.request_body` (bodies received whole within their timeouts, JSON within its bounds),
+  :mod:`.client_limits` (each client's share of slots, body bytes and connections),
+  :mod:`.fair_pool` (blocking work in the clients' turns);
+- :mod:`.service`: rendering one request (both commands), with :mod:`.prompt_checks` (over-long
+  prompts refused before the model's worker, placeholder tokens that stand for no item refused);
 - :mod:`.metrics`: the Prometheus metrics;
 - :mod:`.app`, :mod:`.server`: the aiohttp application, and running it (SIGTERM drains);
 - :mod:`.cli`, :mod:`.render_once`: the command line.

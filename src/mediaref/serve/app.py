@@ -1,4 +1,4 @@
-"""The render server's aiohttp application: its routes, its error boundary, its gate.
+"""The render server's aiohttp application: its routes, its error boundary, its front door.
 
 =====================================  ======================================================
 ``POST /v1/chat/completions/render``   a chat request -> one ``GenerateRequest`` (JSON)
@@ -7,15 +7,30 @@
 ``GET /metrics``                       Prometheus text (:mod:`mediaref.serve.metrics`)
 =====================================  ======================================================
 
+**The front door.** A render request goes through, in this order:
+
+1. its body, received whole within the body timeout and minimum rate, its bytes charged to the
+   client's share of the server's body memory (:mod:`mediaref.serve.request_body`,
+   :class:`~mediaref.serve.client_limits.ByteBudget`): no slot is held while a body arrives;
+2. its JSON, parsed with depth and size bounds on the server's pool, in the client's turn
+   (:mod:`mediaref.serve.fair_pool`): never on the event loop;
+3. a render slot (:class:`~mediaref.serve.client_limits.FairGate`): at most
+   ``max_concurrency`` at once, a share of them per client, waiting clients in turn;
+4. rendering (:mod:`mediaref.serve.service`), then the response encoded on the pool.
+
+``/health`` and ``/metrics`` go through none of it: they answer from the event loop (metrics on
+a thread of their own), whatever the render requests are doing. Connections are counted before
+any of this (:mod:`mediaref.serve.connections`).
+
 Every failure leaves through one middleware (:mod:`mediaref.serve.errors`): a status and vLLM's
-``ErrorResponse`` body, and one request's failure is only its own. At most ``max_concurrency``
-render requests run at once; the rest wait, their bodies unread, so a queue of large bodies does
-not sit in memory. ``/health`` and ``/metrics`` never wait behind that gate.
+``ErrorResponse`` body naming served models, never their directories; one request's failure is
+only its own. A response to a request whose body was not read to its end closes the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -23,26 +38,45 @@ from typing import Any
 
 from aiohttp import web
 
-from mediaref.exceptions import VLLMValidationError
+from mediaref.serve.client_limits import ByteBudget, ConnectionCounts, FairGate, client_key
 from mediaref.serve.errors import error_body, error_response_for
 from mediaref.serve.json_body import dump_json
+from mediaref.serve.logs import REQUEST_ID_KEY
 from mediaref.serve.metrics import CONTENT_TYPE
-from mediaref.serve.protocol import parse_chat_request, parse_completion_request
+from mediaref.serve.options import ServeOptions
+from mediaref.serve.protocol import RenderCommon, parse_chat_request, parse_completion_request
+from mediaref.serve.request_body import BodyLimits, parse_json_body, read_body
 from mediaref.serve.service import RenderService
 
 CHAT_ROUTE = "/v1/chat/completions/render"
 COMPLETIONS_ROUTE = "/v1/completions/render"
 HEALTH_ROUTE = "/health"
 METRICS_ROUTE = "/metrics"
+RENDER_ROUTES = (CHAT_ROUTE, COMPLETIONS_ROUTE)
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_Render = Callable[[Any, str], Awaitable[Any]]
 
 
 class ServerState:
-    """In-flight render requests, and whether the server is draining (for SIGTERM)."""
+    """The front door's limits (see the module docstring), the requests in flight, and whether
+    the server is draining (for SIGTERM)."""
 
-    def __init__(self, max_concurrency: int) -> None:
-        self.gate = asyncio.Semaphore(max_concurrency)
+    def __init__(self, options: ServeOptions) -> None:
+        self.gate = FairGate(options.max_concurrency, options.concurrency_per_client)
+        total = options.buffered_body_bytes
+        self.bodies = ByteBudget(total, per_client=max(1, total // 4))
+        self.connections = ConnectionCounts(
+            options.max_connections, options.max_connections_per_client
+        )
+        self.body_limits = BodyLimits(
+            max_bytes=options.max_request_body_bytes,
+            timeout_seconds=options.body_timeout,
+            min_bytes_per_second=options.min_body_rate_kb * 1024,
+            grace_seconds=options.header_timeout_seconds(),
+        )
+        # /metrics reads the caches: on a thread of its own, never queued behind render work.
+        self.metrics_thread = concurrent.futures.ThreadPoolExecutor(1, "mediaref-metrics")
         self.in_flight = 0
         self.draining = False
         self._idle = asyncio.Event()
@@ -65,6 +99,9 @@ class ServerState:
             return False
         return True
 
+    def close(self) -> None:
+        self.metrics_thread.shutdown(wait=False)
+
 
 SERVICE_KEY = web.AppKey("service", RenderService)
 STATE_KEY = web.AppKey("state", ServerState)
@@ -78,72 +115,85 @@ def _json_response(payload: Any, status: int = 200) -> web.Response:
     )
 
 
-async def _json_body(request: web.Request) -> Any:
-    raw = await request.read()  # over client_max_size: aiohttp raises its 413 here
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise VLLMValidationError(f"the request body is not valid JSON: {exc}") from None
-
-
 @web.middleware
 async def error_boundary(request: web.Request, handler: _Handler) -> web.StreamResponse:
     """Every failure becomes its status and an OpenAI-shaped error body; render routes count."""
     service = request.app[SERVICE_KEY]
-    route = request.path if request.path in (CHAT_ROUTE, COMPLETIONS_ROUTE) else None
+    route = request.path if request.path in RENDER_ROUTES else None
     start = time.perf_counter()
     try:
         response = await handler(request)
     except asyncio.CancelledError:
         raise  # the client went away (or shutdown): nothing to answer
     except Exception as exc:
-        status, body = error_response_for(exc, context=f"{request.method} {request.path}")
+        status, body = error_response_for(
+            exc,
+            context=f"{request.method} {request.path} {request.get(REQUEST_ID_KEY, '-')}",
+            public=service.public_message,
+        )
+        headers = exc.headers if isinstance(exc, web.HTTPException) else None
         response = _json_response(body, status)
+        if headers and "Retry-After" in headers:
+            response.headers["Retry-After"] = headers["Retry-After"]
     if route is not None:
         service.metrics.requests.labels(route, str(response.status)).inc()
         service.metrics.request_seconds.labels(route).observe(time.perf_counter() - start)
-    if request.app[STATE_KEY].draining:
-        response.force_close()  # let keep-alive clients go elsewhere
+    if request.app[STATE_KEY].draining or not request.content.is_eof():
+        response.force_close()  # keep-alive clients go elsewhere; an unread body ends here
     return response
 
 
-async def _render(request: web.Request, run: Callable[[Any], Awaitable[Any]]) -> web.Response:
+async def _render(request: web.Request, render: _Render) -> web.Response:
     state = request.app[STATE_KEY]
-    metrics = request.app[SERVICE_KEY].metrics
+    service = request.app[SERVICE_KEY]
+    client = client_key(request)
+    request[REQUEST_ID_KEY] = request.headers.get("X-Request-Id", "-")
     state.enter()
     try:
-        async with state.gate:
-            metrics.in_flight.inc()
-            try:
-                payload = await run(await _json_body(request))
-            finally:
-                metrics.in_flight.dec()
+        with state.bodies.account(client) as charge:
+            raw = await read_body(request, state.body_limits, charge)
+            body = await service.pool.run(client, parse_json_body, raw)
+            del raw  # the parsed body is what stays (and stays charged) while it waits
+            async with state.gate.slot(client):
+                service.metrics.in_flight.inc()
+                try:
+                    payload = await render(body, client)
+                finally:
+                    service.metrics.in_flight.dec()
+            encoded = await service.pool.run(client, dump_json, payload)
     finally:
         state.leave()
-    body = await asyncio.to_thread(dump_json, payload)
-    return web.Response(body=body, content_type="application/json")
+    return web.Response(body=encoded, content_type="application/json")
 
 
-async def render_chat(request: web.Request) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    request_id = request.headers.get("X-Request-Id")
+def _render_route(
+    parse: Callable[..., RenderCommon],
+    render: Callable[[RenderService, Any, str], Awaitable[Any]],
+    id_prefix: str,
+) -> _Handler:
+    """A render route's handler: ``parse`` the body, then ``render`` it for its client."""
 
-    async def run(body: Any) -> Any:
-        parsed = parse_chat_request(body, service.options, request_id=request_id)
-        return await service.render_chat(parsed)
+    async def handler(request: web.Request) -> web.StreamResponse:
+        service = request.app[SERVICE_KEY]
 
-    return await _render(request, run)
+        async def run(body: Any, client: str) -> Any:
+            parsed = parse(body, service.options, request_id=request.headers.get("X-Request-Id"))
+            request[REQUEST_ID_KEY] = f"{id_prefix}-{parsed.request_id}"
+            return await render(service, parsed, client)
+
+        return await _render(request, run)
+
+    return handler
 
 
-async def render_completion(request: web.Request) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    request_id = request.headers.get("X-Request-Id")
-
-    async def run(body: Any) -> Any:
-        parsed = parse_completion_request(body, service.options, request_id=request_id)
-        return await service.render_completion(parsed)
-
-    return await _render(request, run)
+render_chat = _render_route(
+    parse_chat_request, lambda s, req, client: s.render_chat(req, client=client), "chatcmpl"
+)
+render_completion = _render_route(
+    parse_completion_request,
+    lambda s, req, client: s.render_completion(req, client=client),
+    "cmpl",
+)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -154,18 +204,24 @@ async def health(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     service = request.app[SERVICE_KEY]
-    body = await asyncio.to_thread(service.metrics.render)
+    thread = request.app[STATE_KEY].metrics_thread
+    body = await asyncio.get_running_loop().run_in_executor(thread, service.metrics.render)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
+async def _close_state(app: web.Application) -> None:
+    app[STATE_KEY].close()
+
+
 def build_app(service: RenderService) -> web.Application:
-    """The application serving ``service`` (``options.max_request_body_mb`` caps each body)."""
+    """The application serving ``service`` (its options set the front door's limits)."""
     options = service.options
     app = web.Application(
         middlewares=[error_boundary], client_max_size=options.max_request_body_bytes
     )
     app[SERVICE_KEY] = service
-    app[STATE_KEY] = ServerState(options.max_concurrency)
+    app[STATE_KEY] = ServerState(options)
+    app.on_cleanup.append(_close_state)
     app.router.add_post(CHAT_ROUTE, render_chat)
     app.router.add_post(COMPLETIONS_ROUTE, render_completion)
     app.router.add_get(HEALTH_ROUTE, health)
@@ -178,6 +234,7 @@ __all__ = [
     "COMPLETIONS_ROUTE",
     "HEALTH_ROUTE",
     "METRICS_ROUTE",
+    "RENDER_ROUTES",
     "SERVICE_KEY",
     "STATE_KEY",
     "ServerState",

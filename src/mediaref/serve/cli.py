@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
-from mediaref.serve.options import DEFAULT_MODEL, ServeOptions
+from mediaref.serve.options import DEFAULT_MODEL, LOG_LEVELS, ServeOptions
 
 EXAMPLE_REQUEST = "example_request.json"
 
@@ -95,12 +95,62 @@ def _add_media_options(parser: argparse.ArgumentParser, *, local_default: str) -
     )
 
 
+def _add_client_limit_options(parser: argparse.ArgumentParser) -> None:
+    """What one client may hold, and how fast a request must arrive (docs/security.md)."""
+    parser.add_argument(
+        "--max-concurrency-per-client",
+        type=int,
+        default=None,
+        help="render slots one client (peer address) may hold; 0: no share, as behind one "
+        "trusted router (default: a quarter of --max-concurrency)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=4096,
+        help="connections open at once; past it: 503 and closed (default: 4096)",
+    )
+    parser.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=256,
+        help="connections one client may hold open; 0: no share (default: 256)",
+    )
+    parser.add_argument(
+        "--max-buffered-body-mb",
+        type=float,
+        default=2048.0,
+        help="request bodies held at once, a quarter of it per client; past it: 503 "
+        "(default: 2048)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=None,
+        help="seconds to send a request's headers, and an idle keep-alive connection's life "
+        "(default: VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a request's whole body has to arrive; past it: 408 (default: 60)",
+    )
+    parser.add_argument(
+        "--min-body-rate-kb",
+        type=float,
+        default=64.0,
+        help="KiB/s a body must average after the header timeout; slower: 408 (default: 64)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mediaref",
         description="mediaref serve: the GPU-less render server; mediaref render: one request, "
         "offline (with no REQUEST, the shipped example). docs/serving.md has the details.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the render server")
@@ -127,7 +177,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds SIGTERM waits for in-flight requests (default: 30)",
     )
+    _add_client_limit_options(serve)
     _add_media_options(serve, local_default="")
+    serve.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="the mediaref loggers' level (default: info)",
+    )
+    serve.add_argument(
+        "--disable-access-log",
+        action="store_true",
+        help="no line per request (method, route, status, latency, request id) at info level",
+    )
 
     render = commands.add_parser("render", help="render one request offline, print the JSON")
     render.add_argument(
@@ -148,6 +210,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_SERVE_ONLY = (
+    "host",
+    "port",
+    "max_concurrency",
+    "max_request_body_mb",
+    "shutdown_timeout",
+    "max_concurrency_per_client",
+    "max_connections",
+    "max_connections_per_client",
+    "max_buffered_body_mb",
+    "header_timeout",
+    "body_timeout",
+    "min_body_rate_kb",
+    "log_level",
+)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("mediaref")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def options_from(args: argparse.Namespace, **overrides: Any) -> ServeOptions:
     values: dict[str, Any] = {
         "models": tuple(args.models or (DEFAULT_MODEL,)),
@@ -164,9 +250,11 @@ def options_from(args: argparse.Namespace, **overrides: Any) -> ServeOptions:
         "trust_request_mm_uuids": args.trust_request_mm_uuids,
         "eager_media": args.eager_media,
     }
-    for name in ("host", "port", "max_concurrency", "max_request_body_mb", "shutdown_timeout"):
+    for name in _SERVE_ONLY:
         if hasattr(args, name):
             values[name] = getattr(args, name)
+    if hasattr(args, "disable_access_log"):
+        values["access_log"] = not args.disable_access_log
     values.update(overrides)
     return ServeOptions(**values)
 
@@ -191,6 +279,8 @@ def _render_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
     with resources.as_file(resources.files("mediaref") / "assets" / EXAMPLE_REQUEST) as example:
         path: Path = (args.request or example).resolve()
+        if not path.is_file():
+            raise ValueError(f"{args.request}: no such request file")
         local = args.allowed_local_media_path
         if local == "(the request's directory)":
             local = str(path.parent)

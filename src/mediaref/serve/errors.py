@@ -7,24 +7,25 @@ The body is vLLM's ``ErrorResponse``::
 The status comes from one place: the ``status_code`` every :mod:`mediaref.exceptions` class
 carries (400 malformed, 403 refused URL, 404 missing origin file, 413 over a cap, 422 undecodable
 media naming its modality and index, 502 origin failure, 504 origin timeout: the table in
-``docs/security.md``), aiohttp's own HTTP errors (404 unknown route, 405, 413 body over
-``--max-request-body-mb``), and a chat template that fails on the request's input (400, as in
-vLLM). Anything else is the server's fault: 500, logged with its traceback, and its message is
-not sent (it may name server paths); ``docs/security.md`` lists these as "whatever the server
-raised".
+``docs/security.md``), aiohttp's own HTTP errors (404 unknown route, 405, 408 a body too slow,
+413 a body over ``--max-request-body-mb``, 503 a client past its share), and a chat template that
+fails on the request's input (400, as in vLLM). A client's message names served models, never
+their directories (``public``), and is logged as one rate-limited line without a traceback
+(:mod:`mediaref.serve.logs`). Anything else is the server's fault: 500, logged with its
+traceback, and its message is not sent (it may name server paths); ``docs/security.md`` lists
+these as "whatever the server raised".
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from jinja2 import TemplateError
 
 from mediaref.exceptions import MediaRefError, VLLMClientError, VLLMValidationError
-
-logger = logging.getLogger("mediaref.serve")
+from mediaref.serve.logs import client_error_log, logger
 
 # OpenAI's client error names where it has one, the status's name otherwise.
 ERROR_TYPES: dict[int, str] = {
@@ -32,6 +33,7 @@ ERROR_TYPES: dict[int, str] = {
     403: "PermissionDeniedError",
     404: "NotFoundError",
     405: "MethodNotAllowedError",
+    408: "RequestTimeoutError",
     413: "RequestTooLargeError",
     422: "UnprocessableEntityError",
     500: "InternalServerError",
@@ -71,16 +73,26 @@ def status_of(exc: BaseException) -> int:
     return 500
 
 
-def error_response_for(exc: BaseException, *, context: str = "") -> tuple[int, dict[str, Any]]:
-    """The status and body answering ``exc``; a 500 is logged here, with its traceback."""
+def error_response_for(
+    exc: BaseException,
+    *,
+    context: str = "",
+    public: Callable[[str], str] = str,
+) -> tuple[int, dict[str, Any]]:
+    """The status and body answering ``exc``. A 500 is logged here with its traceback; a client
+    error as one rate-limited line. ``public`` rewrites a message for the client (the server
+    names its models by their served names, never by their directories)."""
     status = status_of(exc)
+    where = f" ({context})" if context else ""
     if status >= 500 and not isinstance(exc, MediaRefError):
-        logger.error("render request failed%s", f" ({context})" if context else "", exc_info=exc)
+        logger.error("render request failed%s", where, exc_info=exc)
         return status, error_body(status, INTERNAL_ERROR_MESSAGE)
     if isinstance(exc, web.HTTPException):
         message = exc.text or exc.reason
     else:
         message = str(exc) or type(exc).__name__
+    message = public(message)
+    client_error_log.info("refused %d%s: %s", status, where, message[:300])
     param = exc.parameter if isinstance(exc, VLLMValidationError) else None
     return status, error_body(status, message, param)
 

@@ -21,6 +21,8 @@ DEFAULT_MODEL = "qwen2_vl"
 
 _BYTES_PER_MB = 1024 * 1024
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 
 def resolve_model_dir(model: str) -> str:
     """A built-in model's name -> its directory inside the package; anything else is a path."""
@@ -45,7 +47,26 @@ class ServeOptions:
     port: int = 8000
     """0 picks a free port (the server prints the one it bound)."""
     max_concurrency: int = 64
-    """Requests rendered at once; later ones wait their turn (their bodies are not read yet)."""
+    """Requests rendered at once; later ones wait their turn, their bodies received."""
+    max_concurrency_per_client: int | None = None
+    """Of those, how many one client (a peer address) may hold; None: a quarter of
+    ``max_concurrency``; 0: no share (every slot, as behind a single trusted router)."""
+    max_connections: int = 4096
+    """Connections open at once; one over it is answered 503 and closed unread."""
+    max_connections_per_client: int = 256
+    """Of those, one client's; 0: no share."""
+    header_timeout: float | None = None
+    """Seconds a connection has to send a request's line and headers (from its opening or its
+    previous response), and that an idle keep-alive connection stays open; None:
+    ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` (5)."""
+    body_timeout: float = 60.0
+    """Seconds a request's whole body has to arrive once its headers have; past it: 408."""
+    min_body_rate_kb: float = 64.0
+    """KiB/s a body must average once ``header_timeout`` has passed since its headers (a body
+    trickling slower is cut off: 408)."""
+    max_buffered_body_mb: float = 2048.0
+    """Request bodies the server holds at once (arriving, waiting for a slot, rendering); a
+    client may hold a quarter of it. A body past either: 503."""
     max_items_per_request: int = 32
     """Media items (image, video and audio parts, embeddings included) one request may carry;
     over it: 413."""
@@ -81,6 +102,10 @@ class ServeOptions:
     (``benchmarks/bench_render.py``). Never faster; do not serve with it."""
     shutdown_timeout: float = 30.0
     """Seconds SIGTERM waits for the requests in flight before cutting them off."""
+    log_level: str = "info"
+    """The ``mediaref`` loggers' level (``debug``, ``info``, ``warning``, ``error``)."""
+    access_log: bool = True
+    """One line a request at the ``info`` level: method, route, status, latency, request id."""
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -90,17 +115,34 @@ class ServeOptions:
         for name, value in (
             ("max_concurrency", self.max_concurrency),
             ("max_items_per_request", self.max_items_per_request),
+            ("max_connections", self.max_connections),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
-        if self.max_request_body_mb <= 0:
+        for name, number in (
+            ("max_request_body_mb", self.max_request_body_mb),
+            ("body_timeout", self.body_timeout),
+            ("min_body_rate_kb", self.min_body_rate_kb),
+            ("max_buffered_body_mb", self.max_buffered_body_mb),
+            ("header_timeout", self.header_timeout),
+        ):
+            if number is not None and not number > 0:
+                raise ValueError(f"{name} must be positive, got {number}")
+        for name, number in (
+            ("encoded_cache_mb", self.encoded_cache_mb),
+            ("shutdown_timeout", self.shutdown_timeout),
+            ("max_concurrency_per_client", self.max_concurrency_per_client),
+            ("max_connections_per_client", self.max_connections_per_client),
+        ):
+            if number is not None and number < 0:
+                raise ValueError(f"{name} must be >= 0, got {number}")
+        if self.log_level not in LOG_LEVELS:
             raise ValueError(
-                f"max_request_body_mb must be positive, got {self.max_request_body_mb}"
+                f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}"
             )
-        if self.encoded_cache_mb < 0:
-            raise ValueError(f"encoded_cache_mb must be >= 0, got {self.encoded_cache_mb}")
-        if self.shutdown_timeout < 0:
-            raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout}")
+        local = self.allowed_local_media_path
+        if local and not Path(local).is_dir():
+            raise ValueError(f"allowed_local_media_path {local!r} is not a directory")
 
     @property
     def default_model(self) -> str:
@@ -110,6 +152,22 @@ class ServeOptions:
     def max_request_body_bytes(self) -> int:
         return int(self.max_request_body_mb * _BYTES_PER_MB)
 
+    @property
+    def concurrency_per_client(self) -> int:
+        """Render slots one client may hold (0: no share)."""
+        if self.max_concurrency_per_client is None:
+            return max(1, self.max_concurrency // 4)
+        return self.max_concurrency_per_client
+
+    @property
+    def buffered_body_bytes(self) -> int:
+        return int(self.max_buffered_body_mb * _BYTES_PER_MB)
+
+    def header_timeout_seconds(self) -> float:
+        if self.header_timeout is None:
+            return float(envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE)
+        return self.header_timeout
+
     def request_download_limit_bytes(self) -> int | None:
         """One request's download budget in bytes (None: no cap), read when a request starts."""
         if self.max_request_download_mb is None:
@@ -118,4 +176,4 @@ class ServeOptions:
         return int(megabytes * _BYTES_PER_MB) if megabytes > 0 else None
 
 
-__all__ = ["DEFAULT_MODEL", "ServeOptions", "resolve_model_dir"]
+__all__ = ["DEFAULT_MODEL", "LOG_LEVELS", "ServeOptions", "resolve_model_dir"]

@@ -10,13 +10,17 @@ are the connections closed and the models' workers shut down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
+from collections.abc import AsyncIterator
 from typing import TextIO
 
 from aiohttp import web
 
 from mediaref.serve.app import STATE_KEY, build_app
+from mediaref.serve.connections import GuardedTCPSite
+from mediaref.serve.logs import AccessLog, access_logger, configure_logging
 from mediaref.serve.options import ServeOptions
 from mediaref.serve.service import RenderService
 
@@ -32,18 +36,12 @@ async def serve(options: ServeOptions, *, log: TextIO = sys.stderr) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     drained = False
+    configure_logging(options.log_level)
+    raise_descriptor_limit()
     service = await asyncio.to_thread(RenderService, options)
     try:
         await asyncio.to_thread(service.warmup)
-        app = build_app(service)
-        runner = web.AppRunner(
-            app, handle_signals=False, shutdown_timeout=_CLEANUP_TIMEOUT_S, access_log=None
-        )
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, options.host, options.port)
-            await site.start()
-            host, port = runner.addresses[0][:2]
+        async with listening(service) as (app, site, host, port):
             print(
                 f"mediaref serve: listening on http://{host}:{port} "
                 f"(models: {', '.join(options.models)})",
@@ -64,8 +62,6 @@ async def serve(options: ServeOptions, *, log: TextIO = sys.stderr) -> int:
                     file=log,
                     flush=True,
                 )
-        finally:
-            await runner.cleanup()
     finally:
         await asyncio.to_thread(service.close)
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -74,9 +70,57 @@ async def serve(options: ServeOptions, *, log: TextIO = sys.stderr) -> int:
     return 0 if drained else 1
 
 
+@contextlib.asynccontextmanager
+async def listening(
+    service: RenderService,
+) -> AsyncIterator[tuple[web.Application, GuardedTCPSite, str, int]]:
+    """``service``'s application accepting connections on its options' host and port (the
+    bound port when that is 0), until the block ends."""
+    options = service.options
+    app = build_app(service)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        shutdown_timeout=_CLEANUP_TIMEOUT_S,
+        # The keep-alive timer also closes a connection that has not sent a whole request line
+        # and headers by the time it fires (mediaref.serve.connections).
+        keepalive_timeout=options.header_timeout_seconds(),
+        # A body left unread (a refused or timed-out request) is not drained: the connection
+        # closes once the answer is written.
+        lingering_time=0,
+        # A client that hangs up stops its render: its slot, its fetches and its place on the
+        # pool go to requests someone is waiting for.
+        handler_cancellation=True,
+        access_log=access_logger if options.access_log else None,
+        access_log_class=AccessLog,
+    )
+    await runner.setup()
+    try:
+        site = GuardedTCPSite(runner, options.host, options.port, app[STATE_KEY].connections)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        yield app, site, str(host), int(port)
+    finally:
+        await runner.cleanup()
+
+
+def raise_descriptor_limit() -> None:
+    """Lift the soft descriptor limit to the hard one: every connection, every fetch and every
+    open file needs one, and the server's own bounds (``--max-connections`` and the fetches'
+    connection slots) are what should bind, not a default of 1024."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run_server(options: ServeOptions) -> int:
     """:func:`serve` on a fresh event loop (the CLI's entry)."""
     return asyncio.run(serve(options))
 
 
-__all__ = ["run_server", "serve"]
+__all__ = ["listening", "raise_descriptor_limit", "run_server", "serve"]

@@ -2,10 +2,15 @@
 
 A chat request goes the way the library's own path does: the messages are parsed with every
 media item fetched concurrently through a connector of its own (the server's address policy,
-one download budget and one decode budget per request: lazy :class:`~mediaref.media.base.MediaRef`
-s, keyed without decoding), the chat template is applied off the event loop, then the renderer
-processes the prompt (a processor-cache hit neither decodes nor runs HF). A completions request
-tokenizes each text prompt, or checks each token-id prompt against the vocabulary.
+one download budget, one decode budget and one fetch scope per request: a deadline for all its
+downloads and at most 16 connections at once; lazy :class:`~mediaref.media.base.MediaRef` s,
+keyed without decoding), the chat template is applied and the prompt's length bounded on the
+server's pool (:mod:`mediaref.serve.prompt_checks`: an over-long prompt never reaches the model's
+worker), then the renderer processes the prompt (a processor-cache hit neither decodes nor runs
+HF), and token ids carrying a placeholder token that stands for no item are refused. A
+completions request tokenizes each text prompt (bounded the same way), or checks each token-id
+prompt against the vocabulary. Blocking work runs on the server's :class:`FairPool` in the
+request's client's turn (``client``; ``mediaref render`` is one local client).
 
 **The processor cache.** vLLM's render server skips its processor cache (``skip_mm_cache``):
 its cache only mirrors an engine core's. mediaref's server has no engine core, so each model's
@@ -20,23 +25,36 @@ kept for ``benchmarks/bench_render.py``'s comparison.
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
 from mediaref.media.base import MediaRef
-from mediaref.media.connector import MediaConnector, MediaRequestDownloadBudget
+from mediaref.media.connector import (
+    MediaConnector,
+    MediaRequestDownloadBudget,
+    MediaRequestFetchScope,
+)
 from mediaref.media.decode_budget import MediaDecodedBudget
 from mediaref.processing.context import ModelConfig
 from mediaref.registry import TimingContext
 from mediaref.renderers.base import BaseRenderer, MultiModalRequest
-from mediaref.renderers.chat_utils import apply_chat_template, parse_chat_messages_async
+from mediaref.renderers.chat_utils import parse_chat_messages_async
 from mediaref.serve.encoded_cache import EncodedItemCache
 from mediaref.serve.errors import ModelNotFoundError
+from mediaref.serve.fair_pool import FairPool
 from mediaref.serve.features import build_features
 from mediaref.serve.metrics import ServeMetrics
 from mediaref.serve.options import ServeOptions, resolve_model_dir
+from mediaref.serve.prompt_checks import (
+    PlaceholderTokens,
+    bounded_chat_prompt,
+    bounded_text,
+    refuse_long_text,
+)
 from mediaref.serve.protocol import ChatRenderRequest, CompletionRenderRequest, RenderCommon
 from mediaref.serve.responses import generate_request, parse_context
 
@@ -57,6 +75,15 @@ class RenderTimings:
         return self.fetch + self.template + self.process
 
 
+LOCAL_CLIENT = "local"
+"""The client a request counts as outside the server (``mediaref render``, library callers)."""
+
+
+def _pool_threads() -> int:
+    # CPU work: one thread a core the process may use.
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
 def _media_items(mm_data: Any) -> list[tuple[str, Any]]:
     items: list[tuple[str, Any]] = []
     for modality, value in (mm_data or {}).items():
@@ -71,13 +98,20 @@ class RenderService:
     def __init__(self, options: ServeOptions, *, metrics: ServeMetrics | None = None) -> None:
         self.options = options
         self.renderers: dict[str, BaseRenderer[Any]] = {}
+        self.placeholders: dict[str, PlaceholderTokens] = {}
+        self._model_dirs: dict[str, str] = {}
+        self.pool = FairPool("render", _pool_threads())
         try:
             for name in options.models:
+                directory = resolve_model_dir(name)
+                if directory != name:
+                    self._model_dirs[directory] = name
                 config = ModelConfig(
-                    model=resolve_model_dir(name),
-                    mm_processor_cache_gb=options.mm_processor_cache_gb,
+                    model=directory, mm_processor_cache_gb=options.mm_processor_cache_gb
                 )
-                self.renderers[name] = BaseRenderer(config)
+                renderer: BaseRenderer[Any] = BaseRenderer(config)
+                self.renderers[name] = renderer
+                self.placeholders[name] = PlaceholderTokens(renderer)
         except BaseException:
             self.close()
             raise
@@ -92,8 +126,15 @@ class RenderService:
             renderer.start_mm_warmup().result()
 
     def close(self) -> None:
+        self.pool.close()
         for renderer in self.renderers.values():
             renderer.shutdown()
+
+    def public_message(self, message: str) -> str:
+        """``message`` as a client may read it: a model's directory becomes its served name."""
+        for directory, name in self._model_dirs.items():
+            message = message.replace(directory, name)
+        return message
 
     def renderer_for(self, request: RenderCommon) -> tuple[str, BaseRenderer[Any]]:
         name = request.model or self.options.default_model
@@ -103,7 +144,8 @@ class RenderService:
         return name, renderer
 
     def connector(self) -> MediaConnector:
-        """A connector for one request: the server's address policy, the request's budgets."""
+        """A connector for one request: the server's address policy, the request's budgets and
+        its fetch scope (one fetch deadline, at most 16 connections at once)."""
         options = self.options
         return MediaConnector(
             allowed_local_media_path=options.allowed_local_media_path,
@@ -111,6 +153,7 @@ class RenderService:
             allow_private_ips=options.media_url_allow_private_ips,
             decoded_budget=MediaDecodedBudget(),
             download_budget=MediaRequestDownloadBudget(options.request_download_limit_bytes()),
+            fetch_scope=MediaRequestFetchScope(),
         )
 
     def _media_io_kwargs(self, request: ChatRenderRequest) -> dict[str, dict[str, Any]]:
@@ -123,9 +166,14 @@ class RenderService:
         return kwargs
 
     async def render_chat(
-        self, request: ChatRenderRequest, timings: RenderTimings | None = None
+        self,
+        request: ChatRenderRequest,
+        timings: RenderTimings | None = None,
+        *,
+        client: str = LOCAL_CLIENT,
     ) -> dict[str, Any]:
-        """One ``GenerateRequest`` as JSON for a chat request."""
+        """One ``GenerateRequest`` as JSON for a chat request; ``client`` takes its turns on
+        the server's pool (:mod:`mediaref.serve.fair_pool`)."""
         timings = timings if timings is not None else RenderTimings()
         name, renderer = self.renderer_for(request)
         model = renderer.mm_processor.info if renderer.mm_processor is not None else None
@@ -139,21 +187,22 @@ class RenderService:
             connector=self.connector(),
             chat_template=request.chat_template,
         )
+        refuse_long_text(renderer.default_chat_tok_params, renderer.tokenizer, conversation)
         if self.options.eager_media and mm_data:
             mm_data = await asyncio.to_thread(_decode_all, mm_data)
         timings.fetch = time.perf_counter() - start
         self.metrics.fetch_seconds.observe(timings.fetch)
 
         start = time.perf_counter()
-        prompt = await asyncio.to_thread(
-            apply_chat_template,
-            model_like,
-            conversation,
-            chat_template=request.chat_template,
-            add_generation_prompt=request.add_generation_prompt,
-            continue_final_message=request.continue_final_message,
-            tools=request.tools,
-            chat_template_kwargs=request.chat_template_kwargs,
+        template_kwargs = {
+            "chat_template": request.chat_template,
+            "add_generation_prompt": request.add_generation_prompt,
+            "continue_final_message": request.continue_final_message,
+            "tools": request.tools,
+            "chat_template_kwargs": request.chat_template_kwargs,
+        }
+        prompt = await self.pool.run(
+            client, bounded_chat_prompt, renderer, model_like, conversation, template_kwargs
         )
         timings.template = time.perf_counter() - start
 
@@ -168,10 +217,16 @@ class RenderService:
             ),
             timings,
         )
+        self.placeholders[name].check(
+            output["prompt_token_ids"], output.get("mm_placeholders"), parameter="messages"
+        )
         # Encoding the tensors copies megabytes: off the event loop.
         with_tensors = request.mm_payload == "tensors"
-        features = await asyncio.to_thread(
-            build_features, output, with_tensors=with_tensors, encoded=self.encoded, model=name
+        features = await self.pool.run(
+            client,
+            functools.partial(
+                build_features, output, with_tensors=with_tensors, encoded=self.encoded, model=name
+            ),
         )
         return generate_request(
             request,
@@ -206,19 +261,22 @@ class RenderService:
         self.metrics.observe_cached(model, hashes)
         return output
 
-    async def render_completion(self, request: CompletionRenderRequest) -> list[dict[str, Any]]:
+    async def render_completion(
+        self, request: CompletionRenderRequest, *, client: str = LOCAL_CLIENT
+    ) -> list[dict[str, Any]]:
         """One ``GenerateRequest`` per prompt of a completions request."""
-        _, renderer = self.renderer_for(request)
+        name, renderer = self.renderer_for(request)
         base_id = f"cmpl-{request.request_id}"
         results: list[dict[str, Any]] = []
         for index, prompt in enumerate(request.prompts):
             if isinstance(prompt, str):
-                token_ids = await asyncio.to_thread(
-                    _tokenize, renderer, prompt, request.add_special_tokens
+                token_ids = await self.pool.run(
+                    client, _tokenize, renderer, prompt, request.add_special_tokens
                 )
             else:
                 renderer.validate_token_ids(prompt, parameter="prompt")
                 token_ids = list(prompt)
+            self.placeholders[name].check(token_ids, None, parameter="prompt")
             results.append(
                 generate_request(
                     request,
@@ -232,6 +290,7 @@ class RenderService:
 
 
 def _tokenize(renderer: BaseRenderer[Any], text: str, add_special_tokens: bool) -> list[int]:
+    text = bounded_text(renderer, renderer.default_cmpl_tok_params, text)
     return list(renderer.get_tokenizer().encode(text, add_special_tokens=add_special_tokens))
 
 
@@ -260,4 +319,4 @@ def _decode_all(mm_data: Any) -> dict[str, Any]:
     return decoded
 
 
-__all__ = ["RenderService", "RenderTimings"]
+__all__ = ["LOCAL_CLIENT", "RenderService", "RenderTimings"]

@@ -1,0 +1,152 @@
+"""What one client may hold of the server: render slots in turns, body bytes, connections.
+
+The mechanisms of ``mediaref.serve.client_limits`` alone, driven step by step on one event loop
+(no server, no timing): which waiter gets the next slot, what a cancelled waiter leaves behind,
+what a refused charge leaves charged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mediaref.serve.client_limits import (
+    BudgetExceeded,
+    ByteBudget,
+    ConnectionCounts,
+    FairGate,
+    share,
+)
+from mediaref.serve.logs import RateLimitedLog
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+class Holder:
+    """A task holding one of a gate's slots for ``client`` until released."""
+
+    def __init__(self, gate: FairGate, client: str, order: list[str]) -> None:
+        self.release = asyncio.Event()
+        self.task = asyncio.create_task(self._hold(gate, client, order))
+
+    async def _hold(self, gate: FairGate, client: str, order: list[str]) -> None:
+        async with gate.slot(client):
+            order.append(client)
+            await self.release.wait()
+
+
+async def test_a_client_holds_at_most_its_share_while_slots_stay_free() -> None:
+    gate, order = FairGate(total=4, per_client=2), []
+    holders = [Holder(gate, "a", order) for _ in range(3)]
+    await settle()
+    assert order == ["a", "a"] and gate.in_use == 2 and gate.waiting() == 1
+    other = Holder(gate, "b", order)
+    await settle()
+    assert order[-1] == "b"  # a free slot, and b is under its share
+    holders[0].release.set()
+    await settle()
+    assert order == ["a", "a", "b", "a"]  # a's third takes a's freed place
+    for holder in [*holders, other]:
+        holder.release.set()
+    await asyncio.gather(*(h.task for h in [*holders, other]))
+    assert gate.in_use == 0 and gate.waiting() == 0
+
+
+async def test_waiting_clients_take_turns_not_arrival_order() -> None:
+    gate, order = FairGate(total=1), []
+    first = Holder(gate, "a", order)
+    await settle()
+    queued_a = [Holder(gate, "a", order) for _ in range(3)]
+    await settle()
+    queued_b = Holder(gate, "b", order)  # arrives after a's three
+    await settle()
+    first.release.set()
+    await settle()
+    queued_a[0].release.set()
+    await settle()
+    # a's next waiter ran, then b before a's remaining two, though b came after them.
+    assert order[:3] == ["a", "a", "b"]
+    for holder in [*queued_a, queued_b]:
+        holder.release.set()
+    await asyncio.gather(*(h.task for h in [first, *queued_a, queued_b]))
+    assert order == ["a", "a", "b", "a", "a"]
+
+
+async def test_a_cancelled_waiter_leaves_no_trace() -> None:
+    gate, order = FairGate(total=1), []
+    holder = Holder(gate, "a", order)
+    await settle()
+    waiter = Holder(gate, "b", order)
+    await settle()
+    waiter.task.cancel()
+    await asyncio.gather(waiter.task, return_exceptions=True)
+    assert gate.waiting() == 0
+    holder.release.set()
+    await holder.task
+    assert gate.in_use == 0 and order == ["a"]
+
+
+async def test_a_waiter_cancelled_as_it_is_granted_hands_the_slot_on() -> None:
+    gate, order = FairGate(total=1), []
+    holder = Holder(gate, "a", order)
+    await settle()
+    doomed, next_in_line = Holder(gate, "b", order), Holder(gate, "c", order)
+    await settle()
+    holder.release.set()
+    await asyncio.sleep(0)  # a's exit grants b's future; b has not resumed yet
+    doomed.task.cancel()
+    await asyncio.gather(holder.task, doomed.task, return_exceptions=True)
+    await settle()
+    assert order == ["a", "c"]
+    next_in_line.release.set()
+    await next_in_line.task
+    assert gate.in_use == 0
+
+
+def test_a_share_of_zero_means_the_whole() -> None:
+    assert share(8, 0) == 8 and share(8, 3) == 3 and share(8, 20) == 8
+
+
+def test_a_refused_charge_is_not_charged_and_a_request_releases_its_bytes() -> None:
+    budget = ByteBudget(total=100, per_client=60)
+    with budget.account("a") as charge_a:
+        charge_a(50)
+        with pytest.raises(BudgetExceeded):
+            charge_a(20)  # past a's share of 60
+        with budget.account("b") as charge_b:
+            charge_b(50)
+            with pytest.raises(BudgetExceeded):
+                charge_b(1)  # past the total
+            assert budget.used == 100
+        assert budget.used == 50
+    assert budget.used == 0
+
+
+def test_connections_past_either_bound_are_not_counted() -> None:
+    counts = ConnectionCounts(total=3, per_client=2)
+    assert counts.try_open("a") and counts.try_open("a")
+    assert not counts.try_open("a")
+    assert counts.try_open("b") and not counts.try_open("c")
+    counts.close("a")
+    assert counts.try_open("c") and counts.open == 3
+
+
+def test_the_client_error_log_drops_lines_past_its_rate_and_counts_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    now = [0.0]
+    log = RateLimitedLog(logging.getLogger("mediaref.serve.test"), 2, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, "mediaref.serve.test"):
+        written = [log.info("refused %d", i) for i in range(5)]
+        now[0] = 1.0
+        log.info("refused later")
+    assert written == [True, True, False, False, False]
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["refused 0", "refused 1", "refused later (3 similar lines dropped)"]
+    assert not any(r.exc_info for r in caplog.records)
