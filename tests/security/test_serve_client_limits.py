@@ -14,6 +14,8 @@ import pytest
 from mediaref.serve.client_limits import (
     BudgetExceeded,
     ByteBudget,
+    ByteRate,
+    ClientSemaphores,
     ConnectionCounts,
     FairGate,
     share,
@@ -150,3 +152,37 @@ def test_the_client_error_log_drops_lines_past_its_rate_and_counts_them(
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["refused 0", "refused 1", "refused later (3 similar lines dropped)"]
     assert not any(r.exc_info for r in caplog.records)
+
+
+def test_a_clients_bodies_are_paced_after_their_burst_and_others_are_not() -> None:
+    now = [0.0]
+    rate = ByteRate(per_second=100, burst=300, clock=lambda: now[0])
+    assert rate.pause("a", 300) == 0  # the burst
+    assert rate.pause("a", 50) == pytest.approx(0.5)  # 50 bytes over: half a second at 100 B/s
+    assert rate.pause("b", 300) == 0  # b has a bucket of its own
+    now[0] = 10.0
+    assert rate.pause("a", 300) == 0  # refilled, never past the burst
+    assert ByteRate(per_second=0, burst=0).pause("a", 10**9) == 0  # unpaced
+
+
+def test_client_shares_off_lift_every_share() -> None:
+    from mediaref.serve.options import ServeOptions
+
+    shared, router = ServeOptions(), ServeOptions(client_shares=False)
+    assert shared.concurrency_per_client == 16 and shared.connections_per_client == 256
+    assert shared.buffered_body_bytes_per_client == shared.buffered_body_bytes // 4
+    assert shared.client_body_bytes_per_second > 0
+    assert router.concurrency_per_client == 0 and router.connections_per_client == 0
+    assert router.buffered_body_bytes_per_client == 0
+    assert router.client_body_bytes_per_second == 0
+
+
+async def test_a_clients_requests_share_one_semaphore_forgotten_when_idle() -> None:
+    semaphores = ClientSemaphores(per_client=3)
+    with semaphores.of("a") as first, semaphores.of("a") as second, semaphores.of("b") as other:
+        assert first is second and first is not other
+        assert first is not None and first._value == 3
+    with semaphores.of("a") as again:
+        assert again is not first  # the idle client's semaphore was let go
+    with ClientSemaphores(per_client=0).of("a") as none:
+        assert none is None

@@ -35,8 +35,10 @@ from _front_door import (
     warmed,
 )
 from _http_server import MediaServer
+from _serve_attacks import StallingOrigin
 from mediaref.serve import request_body
-from mediaref.serve.app import CHAT_ROUTE, HEALTH_ROUTE
+from mediaref.serve.app import CHAT_ROUTE, HEALTH_ROUTE, INLINE_PARSE_BYTES
+from mediaref.serve.client_limits import ClientSemaphores
 from mediaref.serve.options import ServeOptions
 from mediaref.serve.service import RenderService
 
@@ -250,7 +252,7 @@ async def test_deep_chat_template_kwargs_are_a_400_not_a_500(server: Server) -> 
             assert "nests deeper" in (await response.json())["error"]["message"]
 
 
-async def test_bodies_are_parsed_off_the_event_loop(
+async def test_large_bodies_are_parsed_off_the_event_loop(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[str] = []
@@ -262,7 +264,8 @@ async def test_bodies_are_parsed_off_the_event_loop(
 
     monkeypatch.setattr(request_body.json, "loads", spying_loads)
     async with session_from("127.0.0.1") as session:
-        status, _ = await post(session, server, TEXT_ONLY)
+        padding = "x" * (INLINE_PARSE_BYTES + 1)  # a body too large to parse in place
+        status, _ = await post(session, server, {**TEXT_ONLY, "padding": padding})
     assert status == 200
     assert threads and threading.main_thread().name not in threads
 
@@ -303,3 +306,33 @@ async def test_the_access_log_writes_one_line_a_request_unless_disabled(
         lines[0],
     )
     assert lines[1].startswith("GET /health 200 ")
+
+
+async def test_a_paced_client_waits_but_is_not_timed_out_for_it(service: RenderService) -> None:
+    # A 1 MiB burst, then 1 MiB/s: three bodies of 0.9 MiB from one client wait for their pace,
+    # longer than the header timeout (the minimum rate's grace), and still succeed.
+    async with running(service, max_request_body_mb=1.0, client_body_rate_mb=1.0) as server:
+        body = {**TEXT_ONLY, "padding": "x" * (900 * 1024)}
+        async with session_from("127.0.0.1") as session:
+            answers = await asyncio.gather(*(post(session, server, body) for _ in range(3)))
+        assert [status for status, _ in answers] == [200, 200, 200]
+        server.assert_holds_nothing()
+
+
+async def test_a_clients_requests_together_hold_a_bounded_number_of_media_connections(
+    service: RenderService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "2")
+    with StallingOrigin() as origin:
+        parts = [
+            {"type": "image_url", "image_url": {"url": f"{origin.url}?n={i}"}} for i in range(32)
+        ]
+        stalled = {"messages": [{"role": "user", "content": parts}], "mm_payload": "none"}
+        # The service's own share (set at start, from --max-fetch-connections-per-client).
+        monkeypatch.setattr(service, "fetch_slots", ClientSemaphores(8))
+        async with running(service) as server:
+            async with session_from("127.0.0.2") as session:
+                answers = await asyncio.gather(*(post(session, server, stalled) for _ in range(3)))
+        assert [status for status, _ in answers] == [504, 504, 504]
+        # Each request alone could have held 16; the three together held 8 at once, never more.
+        assert origin.most_at_once == 8

@@ -25,6 +25,7 @@ from PIL import Image
 
 from _front_door import Server, post, session_from, warmed
 from _image_samples import encode
+from mediaref.processing import _tokenize_params
 from mediaref.renderers.base import BaseRenderer
 from mediaref.serve.app import COMPLETIONS_ROUTE
 from mediaref.serve.options import ServeOptions
@@ -85,8 +86,15 @@ class Spies:
             self.encoded_chars += len(text)
             return real_encode(text, *args, **kwargs)
 
+        real_count = _tokenize_params._count_tokens
+
+        def count_tokens(tokenizer: Any, text: str) -> int:
+            self.encoded_chars += len(text)
+            return real_count(tokenizer, text)
+
         monkeypatch.setattr(renderer, "process_multimodal_async", process)
         monkeypatch.setattr(tokenizer, "encode", encode_text)
+        monkeypatch.setattr(_tokenize_params, "_count_tokens", count_tokens)
 
 
 # -- long text -------------------------------------------------------------------------------------
@@ -218,3 +226,13 @@ async def test_template_kwargs_naming_the_templates_own_variables_are_a_400(
     status, body = await chat_status(server, chat(text("hi"), chat_template_kwargs={name: 5}))
     assert status == 400, body
     assert body["error"]["param"] == "chat_template_kwargs"
+
+
+async def test_a_placeholder_token_smuggled_past_the_text_check_is_refused(server: Server) -> None:
+    # The role is client text too, which the template writes into the prompt: the check of the
+    # token ids the processor returns catches what the scan of the message text does not.
+    body = chat(text("hi"))
+    body["messages"][0]["role"] = "user<|image_pad|><|image_pad|><|image_pad|>"
+    status, body = await chat_status(server, body)
+    assert status == 400, body
+    assert "3 media placeholder" in body["error"]["message"]

@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +29,7 @@ import aiohttp
 import pytest
 
 from _fault_mix import MIX_ENV, FaultOrigin, MixRequest, build_mix, jpeg
+from _serve_process import ServerProcess
 
 TOTAL = 300
 CONCURRENCY = 32
@@ -89,56 +86,6 @@ def build_calls(origin: FaultOrigin) -> list[Call]:
     return calls
 
 
-class ServerProcess:
-    """``python -m mediaref serve`` on a free loopback port; its stderr collected."""
-
-    def __init__(self, *args: str) -> None:
-        env = {**os.environ, **MIX_ENV, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        for name in ("MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS", "VLLM_MEDIA_CACHE", "http_proxy"):
-            env.pop(name, None)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mediaref", "serve", "--port", "0", *args],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        self.lines: list[str] = []
-        self._listening = threading.Event()
-        self._reader = threading.Thread(target=self._read, name="server-stderr", daemon=True)
-        self._reader.start()
-        assert self._listening.wait(WAIT_S), "".join(self.lines)
-        (port,) = re.findall(r"listening on http://127\.0\.0\.1:(\d+)", "".join(self.lines))
-        self.url = f"http://127.0.0.1:{port}"
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line)
-            if "listening on" in line:
-                self._listening.set()
-        self._listening.set()
-
-    def status(self, field: str) -> int:
-        """A ``/proc/<pid>/status`` field in bytes (kB fields) or as a count."""
-        with open(f"/proc/{self.process.pid}/status") as status:
-            for line in status:
-                if line.startswith(field + ":"):
-                    value = line.split()[1]
-                    return int(value) * (1024 if line.rstrip().endswith("kB") else 1)
-        raise KeyError(field)
-
-    def fds(self) -> int:
-        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(WAIT_S)
-        self._reader.join(WAIT_S)
-        return code
-
-
 @pytest.fixture
 def server() -> Iterator[ServerProcess]:
     server = ServerProcess(
@@ -149,6 +96,7 @@ def server() -> Iterator[ServerProcess]:
         "--max-request-body-mb", str(BODY_CAP_MB),
         "--max-items-per-request", str(MAX_ITEMS),
         "--shutdown-timeout", "60",
+        env=MIX_ENV,
     )  # fmt: skip
     try:
         yield server

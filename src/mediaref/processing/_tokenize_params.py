@@ -50,6 +50,19 @@ def _max_chars_per_token(tokenizer: Any) -> int:
     return measured
 
 
+def _count_tokens(tokenizer: Any, text: str) -> int:
+    """How many tokens ``text`` encodes to (no special tokens).
+
+    A fast tokenizer's Rust backend counts them through ``encode_batch``, which lets go of the
+    GIL while it works and builds no Python list of ids (its single-text ``encode`` holds the GIL
+    throughout: 64 ms for 131 KB of text, every other thread stalled).
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "encode_batch"):
+        return len(backend.encode_batch([text], add_special_tokens=False)[0])
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+
 @dataclass(frozen=True)
 class TokenizeParams:
     """How to tokenize a prompt and which lengths it may have."""
@@ -179,7 +192,7 @@ class TokenizeParams:
         size = min(len(text), (limit + 1) * _FIRST_PREFIX_CHARS_PER_TOKEN)
         while True:
             whole = size >= len(text)
-            count = len(tokenizer.encode(text[:size], add_special_tokens=False))
+            count = _count_tokens(tokenizer, text[:size])
             excess = count - (0 if whole else _PREFIX_CUT_SLACK_TOKENS)
             if excess > limit:
                 raise VLLMValidationError(

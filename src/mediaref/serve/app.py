@@ -13,7 +13,8 @@
    client's share of the server's body memory (:mod:`mediaref.serve.request_body`,
    :class:`~mediaref.serve.client_limits.ByteBudget`): no slot is held while a body arrives;
 2. its JSON, parsed with depth and size bounds on the server's pool, in the client's turn
-   (:mod:`mediaref.serve.fair_pool`): never on the event loop;
+   (:mod:`mediaref.serve.fair_pool`): a body of megabytes never holds the event loop (one of at
+   most ``INLINE_PARSE_BYTES`` is parsed in place, faster than a thread would take it);
 3. a render slot (:class:`~mediaref.serve.client_limits.FairGate`): at most
    ``max_concurrency`` at once, a share of them per client, waiting clients in turn;
 4. rendering (:mod:`mediaref.serve.service`), then the response encoded on the pool.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -38,14 +40,20 @@ from typing import Any
 
 from aiohttp import web
 
-from mediaref.serve.client_limits import ByteBudget, ConnectionCounts, FairGate, client_key
+from mediaref.serve.client_limits import (
+    ByteBudget,
+    ByteRate,
+    ConnectionCounts,
+    FairGate,
+    client_key,
+)
 from mediaref.serve.errors import error_body, error_response_for
 from mediaref.serve.json_body import dump_json
 from mediaref.serve.logs import REQUEST_ID_KEY
 from mediaref.serve.metrics import CONTENT_TYPE
 from mediaref.serve.options import ServeOptions
 from mediaref.serve.protocol import RenderCommon, parse_chat_request, parse_completion_request
-from mediaref.serve.request_body import BodyLimits, parse_json_body, read_body
+from mediaref.serve.request_body import BodyLimits, JsonValueCount, parse_json_body, read_body
 from mediaref.serve.service import RenderService
 
 CHAT_ROUTE = "/v1/chat/completions/render"
@@ -53,6 +61,10 @@ COMPLETIONS_ROUTE = "/v1/completions/render"
 HEALTH_ROUTE = "/health"
 METRICS_ROUTE = "/metrics"
 RENDER_ROUTES = (CHAT_ROUTE, COMPLETIONS_ROUTE)
+
+INLINE_PARSE_BYTES = 64 * 1024
+"""A body this small is parsed on the event loop (well under a millisecond, bounds included):
+handing it to a thread would cost more than the parse. Larger ones go to the pool."""
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _Render = Callable[[Any, str], Awaitable[Any]]
@@ -64,11 +76,13 @@ class ServerState:
 
     def __init__(self, options: ServeOptions) -> None:
         self.gate = FairGate(options.max_concurrency, options.concurrency_per_client)
-        total = options.buffered_body_bytes
-        self.bodies = ByteBudget(total, per_client=max(1, total // 4))
-        self.connections = ConnectionCounts(
-            options.max_connections, options.max_connections_per_client
+        self.bodies = ByteBudget(
+            options.buffered_body_bytes, per_client=options.buffered_body_bytes_per_client
         )
+        self.body_pace = ByteRate(
+            options.client_body_bytes_per_second, burst=options.max_request_body_bytes
+        )
+        self.connections = ConnectionCounts(options.max_connections, options.connections_per_client)
         self.body_limits = BodyLimits(
             max_bytes=options.max_request_body_bytes,
             timeout_seconds=options.body_timeout,
@@ -151,8 +165,16 @@ async def _render(request: web.Request, render: _Render) -> web.Response:
     state.enter()
     try:
         with state.bodies.account(client) as charge:
-            raw = await read_body(request, state.body_limits, charge)
-            body = await service.pool.run(client, parse_json_body, raw)
+            raw = await read_body(
+                request,
+                state.body_limits,
+                JsonValueCount(charge),
+                functools.partial(state.body_pace.pause, client),
+            )
+            if len(raw) <= INLINE_PARSE_BYTES:
+                body = parse_json_body(raw)
+            else:
+                body = await service.pool.run(client, parse_json_body, raw)
             del raw  # the parsed body is what stays (and stays charged) while it waits
             async with state.gate.slot(client):
                 service.metrics.in_flight.inc()

@@ -124,6 +124,26 @@ def _add_client_limit_options(parser: argparse.ArgumentParser) -> None:
         "(default: 2048)",
     )
     parser.add_argument(
+        "--max-fetch-connections-per-client",
+        type=int,
+        default=64,
+        help="media connections the fetches of one client's requests hold at once; 0: no share "
+        "(default: 64)",
+    )
+    parser.add_argument(
+        "--client-body-rate-mb",
+        type=float,
+        default=64.0,
+        help="MiB/s one client's bodies are read at, after a burst of --max-request-body-mb; "
+        "0: unpaced (default: 64)",
+    )
+    parser.add_argument(
+        "--disable-client-shares",
+        action="store_true",
+        help="no per-client shares or pace: behind one trusted router, whose address every "
+        "request comes from",
+    )
+    parser.add_argument(
         "--header-timeout",
         type=float,
         default=None,
@@ -223,6 +243,8 @@ _SERVE_ONLY = (
     "header_timeout",
     "body_timeout",
     "min_body_rate_kb",
+    "client_body_rate_mb",
+    "max_fetch_connections_per_client",
     "log_level",
 )
 
@@ -255,6 +277,7 @@ def options_from(args: argparse.Namespace, **overrides: Any) -> ServeOptions:
             values[name] = getattr(args, name)
     if hasattr(args, "disable_access_log"):
         values["access_log"] = not args.disable_access_log
+        values["client_shares"] = not args.disable_client_shares
     values.update(overrides)
     return ServeOptions(**values)
 

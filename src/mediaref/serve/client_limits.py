@@ -12,7 +12,12 @@ each has a total and a per-client share:
   bodies holds almost nothing; a chunk over the client's share or the total is refused with a 503
   (the server sheds that request instead of holding more).
 - **connections** (:class:`ConnectionCounts`): counted by :mod:`mediaref.serve.connections`,
-  which refuses a connection over either bound before it is read.
+  which refuses a connection over either bound before it is read;
+- **media connections** (:class:`ClientSemaphores`): the fetches of all of one client's
+  requests hold a bounded number of connections to origins at once (each request also has its
+  own bound of 16), so one client's stalled requests cannot keep hundreds of connections opening;
+- **the event loop's reading** (:class:`ByteRate`): each client's bodies are read at a pace, so
+  one streaming bodies at loopback speed cannot keep the loop copying for everyone else.
 
 Everything here runs on the event loop; nothing is thread-safe, nothing needs to be.
 """
@@ -20,6 +25,7 @@ Everything here runs on the event loop; nothing is thread-safe, nothing needs to
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -143,6 +149,74 @@ class FairGate:
             self._drop_if_idle(client, entry)
 
 
+class ByteRate:
+    """How fast each client's bodies are read: a token bucket per client, ``per_second`` bytes a
+    second with bursts of ``burst`` (0: unpaced). A body read faster waits between pieces, its
+    bytes left unread in the socket (the sender slows down), so a client streaming bodies at
+    loopback speed costs the event loop no more than its pace."""
+
+    _SWEEP_AT = 4096  # clients tracked before the idle ones (full buckets) are forgotten
+
+    def __init__(
+        self, per_second: float, burst: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.per_second = per_second
+        self.burst = burst
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # client: (tokens, when)
+
+    def pause(self, client: str, size: int) -> float:
+        """Take ``size`` bytes from ``client``'s bucket; seconds to wait before reading on."""
+        if self.per_second <= 0:
+            return 0.0
+        now = self._clock()
+        tokens, when = self._buckets.get(client, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - when) * self.per_second) - size
+        if len(self._buckets) >= self._SWEEP_AT:
+            self._sweep(now)
+        self._buckets[client] = (tokens, now)
+        return max(0.0, -tokens / self.per_second)
+
+    def _sweep(self, now: float) -> None:
+        refill = self.burst / self.per_second
+        idle = [
+            c
+            for c, (tokens, when) in self._buckets.items()
+            if tokens + (now - when) * self.per_second >= self.burst or now - when > refill
+        ]
+        for client in idle:
+            del self._buckets[client]
+
+
+class ClientSemaphores:
+    """One semaphore of ``per_client`` slots per client (0: none), shared by that client's
+    requests while any of them runs: e.g. the media connections a client's fetches hold at once,
+    whatever its requests' number."""
+
+    def __init__(self, per_client: int) -> None:
+        self.per_client = per_client
+        self._held: dict[str, tuple[asyncio.Semaphore, int]] = {}  # client: (slots, requests)
+
+    @contextmanager
+    def of(self, client: str) -> Iterator[asyncio.Semaphore | None]:
+        """``client``'s semaphore for the block (None when there is no bound)."""
+        if self.per_client <= 0:
+            yield None
+            return
+        slots, users = self._held.get(client, (None, 0))
+        if slots is None:
+            slots = asyncio.Semaphore(self.per_client)
+        self._held[client] = (slots, users + 1)
+        try:
+            yield slots
+        finally:
+            slots, users = self._held[client]
+            if users == 1:
+                del self._held[client]
+            else:
+                self._held[client] = (slots, users - 1)
+
+
 class _Tally:
     """Amounts held per client: at most ``total`` in all, ``per_client`` (0: ``total``) each."""
 
@@ -231,6 +305,8 @@ __all__ = [
     "UNKNOWN_CLIENT",
     "BudgetExceeded",
     "ByteBudget",
+    "ByteRate",
+    "ClientSemaphores",
     "ConnectionCounts",
     "FairGate",
     "client_key",

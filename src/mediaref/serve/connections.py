@@ -44,8 +44,9 @@ _REFUSAL = _refusal()
 class _CountedProtocol(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind the count (see the module docstring)."""
 
-    def __init__(self, inner: Any, counts: ConnectionCounts) -> None:
-        self._inner = inner
+    def __init__(self, make_inner: Callable[[], Any], counts: ConnectionCounts) -> None:
+        self._make_inner = make_inner
+        self._inner: Any = None
         self._counts = counts
         self._client: str | None = None  # set once the connection is counted
 
@@ -53,11 +54,14 @@ class _CountedProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         client = str(peer[0]) if peer else UNKNOWN_CLIENT
         if not self._counts.try_open(client):
+            # Refused before aiohttp's protocol for it is even made: a flood of connections
+            # costs an accept and a write each, nothing more.
             assert isinstance(transport, asyncio.WriteTransport)
             transport.write(_REFUSAL)
             transport.close()
             return
         self._client = client
+        self._inner = self._make_inner()
         self._inner.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -94,7 +98,7 @@ class GuardedTCPSite(web.TCPSite):
         await web.BaseSite.start(self)  # registers the site; TCPSite.start would bind unguarded
         server = self._runner.server
         assert server is not None
-        factory: Callable[[], asyncio.Protocol] = lambda: _CountedProtocol(server(), self.counts)  # noqa: E731
+        factory: Callable[[], asyncio.Protocol] = lambda: _CountedProtocol(server, self.counts)  # noqa: E731
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             factory, self._host, self._port, backlog=self._backlog

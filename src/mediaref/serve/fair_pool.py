@@ -5,8 +5,9 @@ bounding the prompt's length, encoding a response) runs off the event loop. On a
 one client's queue of expensive jobs would run before another client's cheap one; here each job
 first takes a turn at a :class:`~mediaref.serve.client_limits.FairGate` with one place per
 thread, so a client waits for at most the jobs already running plus one job of each other waiting
-client, never for another client's whole queue. ``/health`` and ``/metrics`` never go through a
-pool.
+client, never for another client's whole queue; and with a per-client share under the thread
+count, a client with work to do always finds a thread another client cannot take.
+``/health`` and ``/metrics`` never go through a pool.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ _R = TypeVar("_R")
 
 
 class FairPool:
-    """``threads`` threads; a job waits for its client's turn, then runs on one of them."""
+    """``threads`` threads, at most ``per_client`` (0: all) of them running one client's jobs; a
+    job waits for its client's turn, then runs on one of them."""
 
-    def __init__(self, name: str, threads: int) -> None:
-        self.gate = FairGate(threads)
+    def __init__(self, name: str, threads: int, per_client: int = 0) -> None:
+        self.gate = FairGate(threads, per_client)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=threads, thread_name_prefix=f"mediaref-{name}"
         )

@@ -15,6 +15,8 @@ at ``--log-level`` (default ``info``):
 from __future__ import annotations
 
 import logging
+import logging.handlers
+import queue
 import sys
 import threading
 import time
@@ -32,15 +34,28 @@ REQUEST_ID_KEY = web.RequestKey("request_id", str)
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def configure_logging(level: str) -> None:
-    """Send the ``mediaref`` loggers to stderr at ``level`` (once per process)."""
+def configure_logging(level: str) -> logging.handlers.QueueListener:
+    """Send the ``mediaref`` loggers to stderr at ``level``, written by a thread of their own.
+
+    A line logged on the event loop is only queued there: writing it is the listener thread's
+    business, so a slow or full stderr (a pipe nobody drains fast enough) never stalls requests.
+    Returns the started listener; stop it to flush the queue at exit.
+    """
     root = logging.getLogger("mediaref")
     root.setLevel(level.upper())
-    if not any(getattr(h, "_mediaref", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(_FORMAT))
-        handler._mediaref = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
+    for old in [h for h in root.handlers if isinstance(h, _MediarefQueueHandler)]:
+        root.removeHandler(old)
+    lines: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    root.addHandler(_MediarefQueueHandler(lines))
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(logging.Formatter(_FORMAT))
+    listener = logging.handlers.QueueListener(lines, stderr)
+    listener.start()
+    return listener
+
+
+class _MediarefQueueHandler(logging.handlers.QueueHandler):
+    """The handler :func:`configure_logging` installs (so a second call replaces it)."""
 
 
 class RateLimitedLog:

@@ -67,6 +67,15 @@ class ServeOptions:
     max_buffered_body_mb: float = 2048.0
     """Request bodies the server holds at once (arriving, waiting for a slot, rendering); a
     client may hold a quarter of it. A body past either: 503."""
+    max_fetch_connections_per_client: int = 64
+    """Media connections the fetches of one client's requests hold at once (each request also
+    holds at most ``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS``); 0: no share."""
+    client_body_rate_mb: float = 64.0
+    """MiB/s one client's bodies are read at, after a burst of ``max_request_body_mb`` (faster
+    senders wait: TCP slows them); 0: unpaced."""
+    client_shares: bool = True
+    """Whether each client (a peer address) has a share of the slots, connections, body memory
+    and read pace; off behind one trusted router, whose address every request comes from."""
     max_items_per_request: int = 32
     """Media items (image, video and audio parts, embeddings included) one request may carry;
     over it: 413."""
@@ -133,6 +142,8 @@ class ServeOptions:
             ("shutdown_timeout", self.shutdown_timeout),
             ("max_concurrency_per_client", self.max_concurrency_per_client),
             ("max_connections_per_client", self.max_connections_per_client),
+            ("client_body_rate_mb", self.client_body_rate_mb),
+            ("max_fetch_connections_per_client", self.max_fetch_connections_per_client),
         ):
             if number is not None and number < 0:
                 raise ValueError(f"{name} must be >= 0, got {number}")
@@ -155,13 +166,35 @@ class ServeOptions:
     @property
     def concurrency_per_client(self) -> int:
         """Render slots one client may hold (0: no share)."""
+        if not self.client_shares:
+            return 0
         if self.max_concurrency_per_client is None:
             return max(1, self.max_concurrency // 4)
         return self.max_concurrency_per_client
 
     @property
+    def connections_per_client(self) -> int:
+        """Connections one client may hold open (0: no share)."""
+        return self.max_connections_per_client if self.client_shares else 0
+
+    @property
+    def fetch_connections_per_client(self) -> int:
+        """Media connections one client's requests hold at once (0: no share)."""
+        return self.max_fetch_connections_per_client if self.client_shares else 0
+
+    @property
     def buffered_body_bytes(self) -> int:
         return int(self.max_buffered_body_mb * _BYTES_PER_MB)
+
+    @property
+    def buffered_body_bytes_per_client(self) -> int:
+        """Body bytes one client may have held (0: no share): a quarter of them."""
+        return max(1, self.buffered_body_bytes // 4) if self.client_shares else 0
+
+    @property
+    def client_body_bytes_per_second(self) -> float:
+        """The pace one client's bodies are read at (0: unpaced)."""
+        return self.client_body_rate_mb * _BYTES_PER_MB if self.client_shares else 0.0
 
     def header_timeout_seconds(self) -> float:
         if self.header_timeout is None:

@@ -20,7 +20,9 @@ expanded, stays where vLLM has it (the response's ``max_tokens``).
 places the item's embeddings at the item's placeholder range. A placeholder token anywhere else
 (text that spells one, token-id prompts that carry one) would reach the engine as a run that
 belongs to no item, so the server refuses it (400) rather than return token ids whose
-placeholder runs disagree with the items (``docs/security.md``, *Placeholder tokens*).
+placeholder runs disagree with the items (``docs/security.md``, *Placeholder tokens*): first in
+the client's own text, before anything is templated or processed (a cheap substring scan), then
+in the token ids the processor returns, against the items' placeholder ranges.
 """
 
 from __future__ import annotations
@@ -38,25 +40,28 @@ from mediaref.renderers.chat_utils import apply_chat_template
 _MEDIA_TOKEN_ATTRIBUTES = ("image_token", "video_token", "audio_token")
 
 
-def _text_chars(content: Any) -> int:
-    if isinstance(content, str):
-        return len(content)
-    if isinstance(content, list):
-        return sum(len(p["text"]) for p in content if isinstance(p, dict) and _is_text(p))
-    return 0
+def conversation_texts(conversation: Iterable[Any]) -> list[str]:
+    """The text the client wrote in a parsed conversation: string contents and text parts."""
+    texts: list[str] = []
+    for message in conversation:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(
+                part["text"]
+                for part in content
+                if isinstance(part, dict) and isinstance(part.get("text"), str)
+            )
+    return texts
 
 
-def _is_text(part: Mapping[str, Any]) -> bool:
-    return isinstance(part.get("text"), str)
-
-
-def refuse_long_text(params: TokenizeParams, tokenizer: Any, conversation: Iterable[Any]) -> None:
-    """Refuse a conversation whose message text alone is longer than the context could hold.
+def refuse_long_text(params: TokenizeParams, tokenizer: Any, texts: Iterable[str]) -> None:
+    """Refuse a conversation whose text alone is longer than the context could hold.
 
     Counts characters only (no template, no tokenizer): cheap enough for the event loop.
     """
-    chars = sum(_text_chars(m.get("content")) for m in conversation if isinstance(m, dict))
-    params.check_text_chars(tokenizer, chars)
+    params.check_text_chars(tokenizer, sum(map(len, texts)))
 
 
 def bounded_chat_prompt(
@@ -79,7 +84,7 @@ def bounded_text(renderer: BaseRenderer[Any], params: TokenizeParams, text: str)
 
 
 class PlaceholderTokens:
-    """A model's media placeholder tokens, and the check that each stands for an item."""
+    """A model's media placeholder tokens, and the checks that each stands for an item."""
 
     def __init__(self, renderer: BaseRenderer[Any]) -> None:
         self.by_id: dict[int, str] = {}
@@ -94,6 +99,14 @@ class PlaceholderTokens:
                 token_id = tokenizer.convert_tokens_to_ids(token)
                 if isinstance(token_id, int) and token_id >= 0:
                     self.by_id[token_id] = token
+
+    def check_text(self, texts: Iterable[str], *, parameter: str) -> None:
+        """Refuse client text that spells a placeholder token: the early, cheap form of
+        :meth:`check` (a template writes the placeholders; a client's text never needs one)."""
+        for text in texts:
+            found = sorted(token for token in self.by_id.values() if token in text)
+            if found:
+                raise _stray(found, None, parameter)
 
     def check(
         self,
@@ -113,12 +126,23 @@ class PlaceholderTokens:
         if not stray.any():
             return
         found = sorted({self.by_id[int(t)] for t in ids[stray]})
-        raise VLLMValidationError(
-            f"the prompt holds {int(stray.sum())} media placeholder token(s) "
-            f"({', '.join(found)}) that stand for no media item: placeholder tokens may not "
-            "appear in text or token-id prompts; attach the media as content parts instead",
-            parameter=parameter,
-        )
+        raise _stray(found, int(stray.sum()), parameter)
 
 
-__all__ = ["PlaceholderTokens", "bounded_chat_prompt", "bounded_text", "refuse_long_text"]
+def _stray(found: list[str], count: int | None, parameter: str) -> VLLMValidationError:
+    how_many = f"{count} " if count is not None else ""
+    return VLLMValidationError(
+        f"the prompt holds {how_many}media placeholder token(s) ({', '.join(found)}) that "
+        "stand for no media item: placeholder tokens may not appear in text or token-id "
+        "prompts; attach the media as content parts instead",
+        parameter=parameter,
+    )
+
+
+__all__ = [
+    "PlaceholderTokens",
+    "bounded_chat_prompt",
+    "bounded_text",
+    "conversation_texts",
+    "refuse_long_text",
+]

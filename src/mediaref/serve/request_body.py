@@ -13,7 +13,10 @@ until one of these limits cuts it off with a 408:
 
 Every received byte is charged as it arrives to the caller's budget (the server's bytes held in
 bodies, :class:`mediaref.serve.client_limits.ByteBudget`), so what a client can make the server
-hold is bounded however its bodies arrive.
+hold is bounded however its bodies arrive; its JSON values are counted as it arrives too
+(:class:`JsonValueCount`). A body of declared length is awaited in pieces that double from 64 KiB
+(each with the deadline the minimum rate gives it), so megabytes cost the event loop a few
+awaits, not one per packet.
 
 **Parsing.** :func:`parse_json_body` runs off the event loop (the caller's pool) with bounds a
 request cannot exceed cheaply: its values (counted as commas, a C-speed scan, before parsing, so
@@ -31,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from mediaref.exceptions import VLLMValidationError
@@ -82,12 +86,19 @@ def _too_slow(limits: BodyLimits, received: int, elapsed: float) -> web.HTTPRequ
 
 
 async def read_body(
-    request: web.BaseRequest, limits: BodyLimits, charge: Callable[[int], None]
+    request: web.BaseRequest,
+    limits: BodyLimits,
+    take: Callable[[bytes], None],
+    pace: Callable[[int], float] = lambda size: 0.0,
 ) -> bytes:
-    """The whole body of ``request``, each chunk charged with ``charge`` as it arrives.
+    """The whole body of ``request``, each piece handed to ``take`` as it arrives (to charge
+    it, or to count its JSON values: ``take`` raises to refuse the body there). ``pace(size)``
+    says how long to wait before reading on (the client's
+    :class:`~mediaref.serve.client_limits.ByteRate`); that wait is the
+    server's, so it does not count against the client's timeout or rate.
 
     Raises ``web.HTTPRequestEntityTooLarge`` (413) over the cap, ``web.HTTPRequestTimeout``
-    (408) past the timeout or under the minimum rate; ``charge`` may raise to refuse a chunk.
+    (408) past the timeout or under the minimum rate.
     """
     declared = request.content_length
     if declared is not None and declared > limits.max_bytes:
@@ -95,20 +106,71 @@ async def read_body(
     loop = asyncio.get_running_loop()
     start = loop.time()
     body = bytearray()
-    while True:
-        wait = start + limits.deadline(len(body)) - loop.time()
+    while declared is None or len(body) < declared:
+        piece = _next_piece(len(body), declared)
+        wait = start + limits.deadline(len(body) + max(0, piece - 1)) - loop.time()
         try:
             if wait <= 0:
                 raise asyncio.TimeoutError
-            chunk = await asyncio.wait_for(request.content.readany(), wait)
+            chunk = await asyncio.wait_for(_read(request.content, piece), wait)
         except asyncio.TimeoutError:
             raise _too_slow(limits, len(body), loop.time() - start) from None
         if not chunk:
-            return bytes(body)
+            break
         if len(body) + len(chunk) > limits.max_bytes:
             raise _too_large(limits, "chunked")
-        charge(len(chunk))
+        take(chunk)
         body += chunk
+        pause = pace(len(chunk))
+        if pause > 0:
+            await asyncio.sleep(pause)
+            start += pause
+    return bytes(body)
+
+
+_FIRST_PIECE = 64 * 1024
+
+
+def _next_piece(received: int, declared: int | None) -> int:
+    """How much to wait for next: 0 (whatever arrives) for a chunked body; for a declared one,
+    pieces that double from 64 KiB, so a large body costs a few awaits, not one per packet,
+    while the minimum rate is still held piece by piece."""
+    if declared is None:
+        return 0
+    return min(declared - received, max(_FIRST_PIECE, received))
+
+
+async def _read(content: aiohttp.StreamReader, piece: int) -> bytes:
+    if piece == 0:
+        return bytes(await content.readany())
+    try:
+        return bytes(await content.readexactly(piece))
+    except asyncio.IncompleteReadError as exc:
+        return bytes(exc.partial)  # the client stopped short of its Content-Length
+
+
+class JsonValueCount:
+    """Counts a body's JSON separators as it arrives (``take`` for :func:`read_body`): a body of
+    more values than :func:`parse_json_body` would take is refused before the rest arrives."""
+
+    def __init__(self, charge: Callable[[int], None], limit: int = 0) -> None:
+        self.charge = charge
+        self.limit = limit or MAX_JSON_SEPARATORS
+        self.separators = 0
+
+    def __call__(self, chunk: bytes) -> None:
+        self.charge(len(chunk))
+        self.separators += chunk.count(b",")
+        if self.separators > self.limit:
+            raise _too_many_values(self.separators, self.limit)
+
+
+def _too_many_values(separators: int, limit: int) -> web.HTTPRequestEntityTooLarge:
+    return web.HTTPRequestEntityTooLarge(
+        max_size=limit,
+        actual_size=separators,
+        text=f"the request body has over {limit} JSON values, over this server's limit",
+    )
 
 
 def _refuse_constant(name: str) -> Any:
@@ -141,12 +203,7 @@ def parse_json_body(
     """``raw`` as JSON within the bounds (see the module docstring); blocking: run it off the loop."""
     separators = raw.count(b",")
     if separators > max_separators:
-        raise web.HTTPRequestEntityTooLarge(
-            max_size=max_separators,
-            actual_size=separators,
-            text=f"the request body has {separators} JSON values, over this server's limit of "
-            f"{max_separators}",
-        )
+        raise _too_many_values(separators, max_separators)
     try:
         value = json.loads(raw, parse_constant=_refuse_constant)
     except RecursionError:
@@ -162,6 +219,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_JSON_SEPARATORS",
     "BodyLimits",
+    "JsonValueCount",
     "parse_json_body",
     "read_body",
 ]

@@ -36,7 +36,7 @@ async def serve(options: ServeOptions, *, log: TextIO = sys.stderr) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     drained = False
-    configure_logging(options.log_level)
+    log_writer = configure_logging(options.log_level)
     raise_descriptor_limit()
     service = await asyncio.to_thread(RenderService, options)
     try:
@@ -66,6 +66,7 @@ async def serve(options: ServeOptions, *, log: TextIO = sys.stderr) -> int:
         await asyncio.to_thread(service.close)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+        log_writer.stop()
     print("mediaref serve: stopped", file=log, flush=True)
     return 0 if drained else 1
 

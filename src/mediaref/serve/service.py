@@ -43,6 +43,7 @@ from mediaref.processing.context import ModelConfig
 from mediaref.registry import TimingContext
 from mediaref.renderers.base import BaseRenderer, MultiModalRequest
 from mediaref.renderers.chat_utils import parse_chat_messages_async
+from mediaref.serve.client_limits import ClientSemaphores, FairGate
 from mediaref.serve.encoded_cache import EncodedItemCache
 from mediaref.serve.errors import ModelNotFoundError
 from mediaref.serve.fair_pool import FairPool
@@ -53,6 +54,7 @@ from mediaref.serve.prompt_checks import (
     PlaceholderTokens,
     bounded_chat_prompt,
     bounded_text,
+    conversation_texts,
     refuse_long_text,
 )
 from mediaref.serve.protocol import ChatRenderRequest, CompletionRenderRequest, RenderCommon
@@ -75,12 +77,17 @@ class RenderTimings:
         return self.fetch + self.template + self.process
 
 
+INLINE_TEXT_CHARS = 16 * 1024
+"""A prompt of at most this much text (and no tools) is templated or tokenized on the event loop:
+that takes tens of microseconds, less than handing it to a thread. Longer ones, whose bounds
+may cost milliseconds, go to the pool."""
+
 LOCAL_CLIENT = "local"
 """The client a request counts as outside the server (``mediaref render``, library callers)."""
 
 
-def _pool_threads() -> int:
-    # CPU work: one thread a core the process may use.
+def _cores() -> int:
+    """The cores this process may run on."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 
 
@@ -100,7 +107,13 @@ class RenderService:
         self.renderers: dict[str, BaseRenderer[Any]] = {}
         self.placeholders: dict[str, PlaceholderTokens] = {}
         self._model_dirs: dict[str, str] = {}
-        self.pool = FairPool("render", _pool_threads())
+        cores = _cores()
+        # Twice the cores, a quarter of them one client's at most: another client's work always
+        # finds a free thread. The pool's jobs are the long ones (long prompts' bounds, large
+        # bodies and responses); a request's short work runs where it is (INLINE_TEXT_CHARS).
+        self.pool = FairPool("render", 2 * cores, per_client=max(1, cores // 2))
+        self.processing: dict[str, FairGate] = {}
+        self.fetch_slots = ClientSemaphores(options.fetch_connections_per_client)
         try:
             for name in options.models:
                 directory = resolve_model_dir(name)
@@ -112,6 +125,7 @@ class RenderService:
                 renderer: BaseRenderer[Any] = BaseRenderer(config)
                 self.renderers[name] = renderer
                 self.placeholders[name] = PlaceholderTokens(renderer)
+                self.processing[name] = FairGate(2 * cores, per_client=cores)
         except BaseException:
             self.close()
             raise
@@ -143,7 +157,7 @@ class RenderService:
             raise ModelNotFoundError(f"The model `{name}` does not exist.")
         return name, renderer
 
-    def connector(self) -> MediaConnector:
+    def connector(self, shared_slots: asyncio.Semaphore | None = None) -> MediaConnector:
         """A connector for one request: the server's address policy, the request's budgets and
         its fetch scope (one fetch deadline, at most 16 connections at once)."""
         options = self.options
@@ -153,7 +167,7 @@ class RenderService:
             allow_private_ips=options.media_url_allow_private_ips,
             decoded_budget=MediaDecodedBudget(),
             download_budget=MediaRequestDownloadBudget(options.request_download_limit_bytes()),
-            fetch_scope=MediaRequestFetchScope(),
+            fetch_scope=MediaRequestFetchScope(shared_slots=shared_slots),
         )
 
     def _media_io_kwargs(self, request: ChatRenderRequest) -> dict[str, dict[str, Any]]:
@@ -179,15 +193,18 @@ class RenderService:
         model = renderer.mm_processor.info if renderer.mm_processor is not None else None
         model_like: Any = model if model is not None else renderer.model_config
         start = time.perf_counter()
-        conversation, mm_data, mm_uuids = await parse_chat_messages_async(
-            request.messages,
-            model_like,
-            media_io_kwargs=self._media_io_kwargs(request),
-            mm_processor_kwargs=request.mm_processor_kwargs,
-            connector=self.connector(),
-            chat_template=request.chat_template,
-        )
-        refuse_long_text(renderer.default_chat_tok_params, renderer.tokenizer, conversation)
+        with self.fetch_slots.of(client) as shared_slots:
+            conversation, mm_data, mm_uuids = await parse_chat_messages_async(
+                request.messages,
+                model_like,
+                media_io_kwargs=self._media_io_kwargs(request),
+                mm_processor_kwargs=request.mm_processor_kwargs,
+                connector=self.connector(shared_slots),
+                chat_template=request.chat_template,
+            )
+        texts = conversation_texts(conversation)
+        refuse_long_text(renderer.default_chat_tok_params, renderer.tokenizer, texts)
+        self.placeholders[name].check_text(texts, parameter="messages")
         if self.options.eager_media and mm_data:
             mm_data = await asyncio.to_thread(_decode_all, mm_data)
         timings.fetch = time.perf_counter() - start
@@ -201,9 +218,11 @@ class RenderService:
             "tools": request.tools,
             "chat_template_kwargs": request.chat_template_kwargs,
         }
-        prompt = await self.pool.run(
-            client, bounded_chat_prompt, renderer, model_like, conversation, template_kwargs
-        )
+        args = (renderer, model_like, conversation, template_kwargs)
+        if sum(map(len, texts)) <= INLINE_TEXT_CHARS and not request.tools:
+            prompt = bounded_chat_prompt(*args)  # tens of microseconds: cheaper than a thread
+        else:
+            prompt = await self.pool.run(client, bounded_chat_prompt, *args)
         timings.template = time.perf_counter() - start
 
         output = await self._process(
@@ -216,6 +235,7 @@ class RenderService:
                 mm_uuids=mm_uuids,
             ),
             timings,
+            client,
         )
         self.placeholders[name].check(
             output["prompt_token_ids"], output.get("mm_placeholders"), parameter="messages"
@@ -243,10 +263,15 @@ class RenderService:
         renderer: BaseRenderer[Any],
         request: MultiModalRequest,
         timings: RenderTimings,
+        client: str,
     ) -> Any:
         request.timing_ctx = TimingContext()
         start = time.perf_counter()
-        output = await renderer.process_multimodal_async(request)
+        # The model's single worker runs jobs in arrival order: the requests being processed at
+        # once are few, and taken in their clients' turns, so another client's backlog is never
+        # queued ahead of this one's on the worker.
+        async with self.processing[model].slot(client):
+            output = await renderer.process_multimodal_async(request)
         timings.process = time.perf_counter() - start
         timings.stages = dict(request.timing_ctx.stage_secs)
         self.metrics.observe_stages(timings.stages)
@@ -270,9 +295,12 @@ class RenderService:
         results: list[dict[str, Any]] = []
         for index, prompt in enumerate(request.prompts):
             if isinstance(prompt, str):
-                token_ids = await self.pool.run(
-                    client, _tokenize, renderer, prompt, request.add_special_tokens
-                )
+                self.placeholders[name].check_text([prompt], parameter="prompt")
+                args = (renderer, prompt, request.add_special_tokens)
+                if len(prompt) <= INLINE_TEXT_CHARS:
+                    token_ids = _tokenize(*args)
+                else:
+                    token_ids = await self.pool.run(client, _tokenize, *args)
             else:
                 renderer.validate_token_ids(prompt, parameter="prompt")
                 token_ids = list(prompt)
@@ -319,4 +347,4 @@ def _decode_all(mm_data: Any) -> dict[str, Any]:
     return decoded
 
 
-__all__ = ["LOCAL_CLIENT", "RenderService", "RenderTimings"]
+__all__ = ["INLINE_TEXT_CHARS", "LOCAL_CLIENT", "RenderService", "RenderTimings"]

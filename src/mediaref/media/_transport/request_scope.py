@@ -20,6 +20,10 @@ request's fetching may cost a property of the request, not of how many URLs it n
   their deadline only. No other request waits behind them, and one request cannot make an origin
   take more.
 
+- **Slots shared with other requests** (``shared_slots``, optional): a semaphore several scopes
+  hold as well, taken after the request's own slot; a server gives every request of one client
+  the same one, so a client's requests together hold a bounded number of connections.
+
 A scope belongs to one request, as :class:`MediaRequestDownloadBudget` does: make one per request
 (the chat item tracker and the render server do) and pass it as
 ``MediaConnector(..., fetch_scope=scope)``. A connector without one keeps vLLM 0.33's behaviour
@@ -82,7 +86,11 @@ class MediaRequestFetchScope:
     """
 
     def __init__(
-        self, *, deadline_seconds: float | None = None, max_connections: int | None = None
+        self,
+        *,
+        deadline_seconds: float | None = None,
+        max_connections: int | None = None,
+        shared_slots: asyncio.Semaphore | None = None,
     ) -> None:
         if max_connections is None:
             max_connections = int(envs.MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS)
@@ -92,6 +100,7 @@ class MediaRequestFetchScope:
             raise ValueError(f"deadline_seconds must be positive, not {deadline_seconds}")
         self.deadline_seconds = deadline_seconds
         self.max_connections: int | None = max_connections if max_connections > 0 else None
+        self.shared_slots = shared_slots
         self._started: float | None = None
         self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
         self._lock = threading.Lock()  # the sync API's loop thread and the caller's may share it
@@ -108,19 +117,23 @@ class MediaRequestFetchScope:
 
     @asynccontextmanager
     async def connection(self, deadline: RequestDeadline) -> AsyncIterator[None]:
-        """Hold one of the request's connection slots, waiting for one until ``deadline``."""
-        if self.max_connections is None:
-            yield
-            return
-        slots = self._loop_slots(self.max_connections)
+        """Hold one of the request's connection slots (and one of the slots it shares with
+        other requests, if any), waiting for them until ``deadline``."""
+        own = self._loop_slots(self.max_connections) if self.max_connections else None
+        held: list[asyncio.Semaphore] = []
         try:
-            await acquire_within(slots, deadline.remaining())
-        except asyncio.TimeoutError:
-            raise deadline.passed() from None
-        try:
+            for slots in (own, self.shared_slots):
+                if slots is None:
+                    continue
+                try:
+                    await acquire_within(slots, deadline.remaining())
+                except asyncio.TimeoutError:
+                    raise deadline.passed() from None
+                held.append(slots)
             yield
         finally:
-            slots.release()
+            for slots in reversed(held):
+                slots.release()
 
     def _loop_slots(self, max_connections: int) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
