@@ -18,7 +18,7 @@ descriptors, threads and RSS once the attack has stopped, against the clean run'
 
     python benchmarks/bench_serve_attacks.py [--requests 120] [--in-flight 4]
         [--attacks slow_bodies,long_text,...|all] [--server mediaref|vllm]
-        [--vllm-python PATH] [--json out.json] [--chart PATH]
+        [--vllm-python PATH] [--json out.json] [--chart PATH [--against vllm.json]]
 
 Targets (issue 26): every good request succeeds; their p99 within 3x of the clean run's; /health
 under 100 ms. The script prints whether each scenario meets them; it asserts nothing.
@@ -221,28 +221,44 @@ def _report(rows: list[dict[str, Any]]) -> None:
         )
 
 
-def _chart(path: Path, rows: list[dict[str, Any]], server: str) -> None:
+def _chart(path: Path, rows: list[dict[str, Any]], against: list[dict[str, Any]] | None) -> None:
+    """The good requests' p99 per scenario; beside vLLM's (``against``) when given."""
+    groups = [row["scenario"] for row in rows]
+    series = {"mediaref serve: good p99": [row["good_p99_ms"] / 1e3 for row in rows]}
+    ratios: list[float | str | None] = [f"{row['p99_ratio']:.1f}x clean" for row in rows]
+    caption = "labels: good p99 over the clean run's"
+    if against is not None:
+        theirs = {row["scenario"]: row for row in against}
+        series["vllm launch render: good p99"] = [
+            theirs[g]["good_p99_ms"] / 1e3 if g in theirs else float("nan") for g in groups
+        ]
+        ratios = [
+            theirs[row["scenario"]]["good_p99_ms"] / row["good_p99_ms"]
+            if row["scenario"] in theirs
+            else None
+            for row in rows
+        ]
+        caption = "labels: vLLM's good p99 over mediaref's (same requests, same attacks)"
     _charts.grouped_bars(
         path,
-        title=f"Good requests beside each attack ({server} render server, 2 cores, loopback)",
-        groups=[row["scenario"] for row in rows],
-        series={
-            "good p50": [row["good_p50_ms"] / 1e3 for row in rows],
-            "good p99": [row["good_p99_ms"] / 1e3 for row in rows],
-            "/health max": [row["health_max_ms"] / 1e3 for row in rows],
-        },
-        ylabel="latency",
+        title="Good requests' p99 beside each attack (render servers, 2 cores, loopback)",
+        groups=groups,
+        series=series,
+        ylabel="good requests' p99",
         seconds=True,
-        ratios=[f"p99 {row['p99_ratio']:.2f}x" for row in rows],
-        ratio_caption="labels: good p99 over the clean run's",
+        ratios=ratios,
+        ratio_caption=caption,
         footnote=_charts.machine_note(),
     )
 
 
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
-    names = SCENARIOS if args.attacks == "all" else args.attacks.split(",")
     scenarios: list[tuple[str, dict[str, int]]] = [("clean", {})]
-    scenarios += [(name, {name: FLOOD[name]}) for name in names]
+    if args.attacks == "mix":
+        scenarios.append(("mix", MIX))
+    else:
+        names = SCENARIOS if args.attacks == "all" else args.attacks.split(",")
+        scenarios += [(name, {name: FLOOD[name]}) for name in names]
     if args.attacks == "all":
         scenarios += [("mix", MIX), ("all floods", dict(FLOOD))]
     bodies = good_requests(args.requests)
@@ -273,13 +289,18 @@ def main() -> int:
     parser.add_argument(
         "--attacks",
         default="all",
-        help="comma-separated, or all: each alone at full strength, then the standing mix, then "
-        "every attack at full strength at once",
+        help="comma-separated, all (each alone at full strength, then the standing mix, then "
+        "every attack at full strength at once), or mix (the standing mix alone)",
     )
     parser.add_argument("--server", choices=("mediaref", "vllm"), default="mediaref")
     parser.add_argument("--vllm-python", default="python", help="the vLLM venv's interpreter")
     parser.add_argument("--json", type=Path, help="write the rows here")
     _charts.add_chart_argument(parser)
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another run's --json (vLLM's): the chart puts its p99 beside this run's",
+    )
     # The attacker processes this script starts.
     parser.add_argument("--attacker", help=argparse.SUPPRESS)
     parser.add_argument("--level", type=int, help=argparse.SUPPRESS)
@@ -294,7 +315,8 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     if args.chart:
-        _chart(args.chart, rows, args.server)
+        against = json.loads(args.against.read_text()) if args.against else None
+        _chart(args.chart, rows, against)
     return 0
 
 

@@ -14,7 +14,7 @@ import pytest
 from mediaref.serve.client_limits import (
     BudgetExceeded,
     ByteBudget,
-    ByteRate,
+    ClientRate,
     ClientSemaphores,
     ConnectionCounts,
     FairGate,
@@ -156,13 +156,13 @@ def test_the_client_error_log_drops_lines_past_its_rate_and_counts_them(
 
 def test_a_clients_bodies_are_paced_after_their_burst_and_others_are_not() -> None:
     now = [0.0]
-    rate = ByteRate(per_second=100, burst=300, clock=lambda: now[0])
+    rate = ClientRate(per_second=100, burst=300, clock=lambda: now[0])
     assert rate.pause("a", 300) == 0  # the burst
     assert rate.pause("a", 50) == pytest.approx(0.5)  # 50 bytes over: half a second at 100 B/s
     assert rate.pause("b", 300) == 0  # b has a bucket of its own
     now[0] = 10.0
     assert rate.pause("a", 300) == 0  # refilled, never past the burst
-    assert ByteRate(per_second=0, burst=0).pause("a", 10**9) == 0  # unpaced
+    assert ClientRate(per_second=0, burst=0).pause("a", 10**9) == 0  # unpaced
 
 
 def test_client_shares_off_lift_every_share() -> None:
@@ -186,3 +186,25 @@ async def test_a_clients_requests_share_one_semaphore_forgotten_when_idle() -> N
         assert again is not first  # the idle client's semaphore was let go
     with ClientSemaphores(per_client=0).of("a") as none:
         assert none is None
+
+
+def test_the_startup_heap_is_frozen_out_of_the_collector() -> None:
+    import gc
+
+    from mediaref.serve.server import freeze_startup_heap
+
+    before = gc.get_freeze_count()
+    try:
+        freeze_startup_heap()
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
+
+
+def test_a_rate_with_a_max_pause_caps_both_the_wait_and_the_debt() -> None:
+    now = [0.0]
+    rate = ClientRate(per_second=10, burst=20, max_pause=2.0, clock=lambda: now[0])
+    pauses = [rate.pause("a", 1) for _ in range(500)]  # a flood, all at one instant
+    assert pauses[:20] == [0.0] * 20 and max(pauses) == pytest.approx(2.0)
+    now[0] = 2.0 + 20 / 10  # the capped debt repaid, and the burst refilled
+    assert rate.pause("a", 1) == 0.0

@@ -336,3 +336,26 @@ async def test_a_clients_requests_together_hold_a_bounded_number_of_media_connec
         assert [status for status, _ in answers] == [504, 504, 504]
         # Each request alone could have held 16; the three together held 8 at once, never more.
         assert origin.most_at_once == 8
+
+
+async def test_a_client_refused_past_its_rate_waits_for_its_refusals_others_do_not(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mediaref.serve import app as app_module
+
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recording_sleep(seconds: float, *args: Any) -> Any:
+        waits.append(seconds)
+        return await real_sleep(0)
+
+    monkeypatch.setattr(app_module.asyncio, "sleep", recording_sleep)
+    async with session_from("127.0.0.2") as flooder, session_from("127.0.0.3") as other:
+        for _ in range(30):  # 10 a second with bursts of 20: the last ten wait
+            async with flooder.post(server.url + CHAT_ROUTE, data=b"not json") as response:
+                assert response.status == 400
+        flooded = len(waits)
+        async with other.post(server.url + CHAT_ROUTE, data=b"not json") as response:
+            assert response.status == 400
+    assert flooded >= 9 and len(waits) == flooded  # the other client's refusal did not wait

@@ -42,7 +42,7 @@ from aiohttp import web
 
 from mediaref.serve.client_limits import (
     ByteBudget,
-    ByteRate,
+    ClientRate,
     ConnectionCounts,
     FairGate,
     client_key,
@@ -62,6 +62,9 @@ HEALTH_ROUTE = "/health"
 METRICS_ROUTE = "/metrics"
 RENDER_ROUTES = (CHAT_ROUTE, COMPLETIONS_ROUTE)
 
+MAX_REFUSAL_PAUSE_S = 2.0
+"""The longest a refusal waits for a client past its refusal rate."""
+
 INLINE_PARSE_BYTES = 64 * 1024
 """A body this small is parsed on the event loop (well under a millisecond, bounds included):
 handing it to a thread would cost more than the parse. Larger ones go to the pool."""
@@ -79,9 +82,11 @@ class ServerState:
         self.bodies = ByteBudget(
             options.buffered_body_bytes, per_client=options.buffered_body_bytes_per_client
         )
-        self.body_pace = ByteRate(
+        self.body_pace = ClientRate(
             options.client_body_bytes_per_second, burst=options.max_request_body_bytes
         )
+        rate = options.client_refusals_per_second
+        self.refusal_pace = ClientRate(rate, burst=2 * rate, max_pause=MAX_REFUSAL_PAUSE_S)
         self.connections = ConnectionCounts(options.max_connections, options.connections_per_client)
         self.body_limits = BodyLimits(
             max_bytes=options.max_request_body_bytes,
@@ -149,6 +154,12 @@ async def error_boundary(request: web.Request, handler: _Handler) -> web.StreamR
         response = _json_response(body, status)
         if headers and "Retry-After" in headers:
             response.headers["Retry-After"] = headers["Retry-After"]
+        if 400 <= status < 500:
+            # A client refused faster than its rate waits for its answer: with its requests in
+            # flight bounded by itself, a flood of bad requests slows down, not the server.
+            pause = request.app[STATE_KEY].refusal_pace.pause(client_key(request), 1)
+            if pause > 0:
+                await asyncio.sleep(pause)
     if route is not None:
         service.metrics.requests.labels(route, str(response.status)).inc()
         service.metrics.request_seconds.labels(route).observe(time.perf_counter() - start)

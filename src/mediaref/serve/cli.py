@@ -126,9 +126,9 @@ def _add_client_limit_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-fetch-connections-per-client",
         type=int,
-        default=64,
+        default=32,
         help="media connections the fetches of one client's requests hold at once; 0: no share "
-        "(default: 64)",
+        "(default: 32)",
     )
     parser.add_argument(
         "--client-body-rate-mb",
@@ -136,6 +136,13 @@ def _add_client_limit_options(parser: argparse.ArgumentParser) -> None:
         default=64.0,
         help="MiB/s one client's bodies are read at, after a burst of --max-request-body-mb; "
         "0: unpaced (default: 64)",
+    )
+    parser.add_argument(
+        "--refusals-per-client-second",
+        type=float,
+        default=10.0,
+        help="refusals (4xx) a client gets a second, bursts of twice as many, before each "
+        "further one is answered later, up to 2 s; 0: never (default: 10)",
     )
     parser.add_argument(
         "--disable-client-shares",
@@ -245,6 +252,7 @@ _SERVE_ONLY = (
     "min_body_rate_kb",
     "client_body_rate_mb",
     "max_fetch_connections_per_client",
+    "refusals_per_client_second",
     "log_level",
 )
 

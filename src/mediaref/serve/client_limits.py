@@ -16,8 +16,10 @@ each has a total and a per-client share:
 - **media connections** (:class:`ClientSemaphores`): the fetches of all of one client's
   requests hold a bounded number of connections to origins at once (each request also has its
   own bound of 16), so one client's stalled requests cannot keep hundreds of connections opening;
-- **the event loop's reading** (:class:`ByteRate`): each client's bodies are read at a pace, so
-  one streaming bodies at loopback speed cannot keep the loop copying for everyone else.
+- **the event loop's time** (:class:`ClientRate`): each client's bodies are read at a pace, so
+  one streaming bodies at loopback speed cannot keep the loop copying for everyone else; and a
+  client refused more often than a few times a second gets its refusals later and later (up to
+  two seconds), so a flood of bad requests slows itself down instead of the server.
 
 Everything here runs on the event loop; nothing is thread-safe, nothing needs to be.
 """
@@ -25,6 +27,7 @@ Everything here runs on the event loop; nothing is thread-safe, nothing needs to
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -149,29 +152,36 @@ class FairGate:
             self._drop_if_idle(client, entry)
 
 
-class ByteRate:
-    """How fast each client's bodies are read: a token bucket per client, ``per_second`` bytes a
-    second with bursts of ``burst`` (0: unpaced). A body read faster waits between pieces, its
-    bytes left unread in the socket (the sender slows down), so a client streaming bodies at
-    loopback speed costs the event loop no more than its pace."""
+class ClientRate:
+    """A token bucket per client: ``per_second`` units a second, bursts of ``burst`` (a
+    ``per_second`` of 0: never paced). :meth:`pause` says how long a client past its rate waits;
+    with ``max_pause``, never longer, and a client's debt never grows past it (it recovers within
+    that much of the rate's time once it stops)."""
 
     _SWEEP_AT = 4096  # clients tracked before the idle ones (full buckets) are forgotten
 
     def __init__(
-        self, per_second: float, burst: float, clock: Callable[[], float] = time.monotonic
+        self,
+        per_second: float,
+        burst: float,
+        *,
+        max_pause: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.per_second = per_second
         self.burst = burst
+        self._floor = -max_pause * per_second if max_pause is not None else -math.inf
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}  # client: (tokens, when)
 
-    def pause(self, client: str, size: int) -> float:
-        """Take ``size`` bytes from ``client``'s bucket; seconds to wait before reading on."""
+    def pause(self, client: str, amount: float) -> float:
+        """Take ``amount`` from ``client``'s bucket; the seconds it should wait now."""
         if self.per_second <= 0:
             return 0.0
         now = self._clock()
         tokens, when = self._buckets.get(client, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - when) * self.per_second) - size
+        tokens = min(self.burst, tokens + (now - when) * self.per_second) - amount
+        tokens = max(tokens, self._floor)
         if len(self._buckets) >= self._SWEEP_AT:
             self._sweep(now)
         self._buckets[client] = (tokens, now)
@@ -305,7 +315,7 @@ __all__ = [
     "UNKNOWN_CLIENT",
     "BudgetExceeded",
     "ByteBudget",
-    "ByteRate",
+    "ClientRate",
     "ClientSemaphores",
     "ConnectionCounts",
     "FairGate",

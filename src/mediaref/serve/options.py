@@ -67,12 +67,15 @@ class ServeOptions:
     max_buffered_body_mb: float = 2048.0
     """Request bodies the server holds at once (arriving, waiting for a slot, rendering); a
     client may hold a quarter of it. A body past either: 503."""
-    max_fetch_connections_per_client: int = 64
+    max_fetch_connections_per_client: int = 32
     """Media connections the fetches of one client's requests hold at once (each request also
     holds at most ``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS``); 0: no share."""
     client_body_rate_mb: float = 64.0
     """MiB/s one client's bodies are read at, after a burst of ``max_request_body_mb`` (faster
     senders wait: TCP slows them); 0: unpaced."""
+    refusals_per_client_second: float = 10.0
+    """Refusals (4xx) a client gets a second, bursts of twice as many, before each further one is
+    answered later (up to 2 s): a flood of bad requests slows itself down; 0: never."""
     client_shares: bool = True
     """Whether each client (a peer address) has a share of the slots, connections, body memory
     and read pace; off behind one trusted router, whose address every request comes from."""
@@ -143,6 +146,7 @@ class ServeOptions:
             ("max_concurrency_per_client", self.max_concurrency_per_client),
             ("max_connections_per_client", self.max_connections_per_client),
             ("client_body_rate_mb", self.client_body_rate_mb),
+            ("refusals_per_client_second", self.refusals_per_client_second),
             ("max_fetch_connections_per_client", self.max_fetch_connections_per_client),
         ):
             if number is not None and number < 0:
@@ -181,6 +185,11 @@ class ServeOptions:
     def fetch_connections_per_client(self) -> int:
         """Media connections one client's requests hold at once (0: no share)."""
         return self.max_fetch_connections_per_client if self.client_shares else 0
+
+    @property
+    def client_refusals_per_second(self) -> float:
+        """Refusals a client gets a second before they slow down (0: never)."""
+        return self.refusals_per_client_second if self.client_shares else 0.0
 
     @property
     def buffered_body_bytes(self) -> int:

@@ -94,7 +94,7 @@ async def read_body(
     """The whole body of ``request``, each piece handed to ``take`` as it arrives (to charge
     it, or to count its JSON values: ``take`` raises to refuse the body there). ``pace(size)``
     says how long to wait before reading on (the client's
-    :class:`~mediaref.serve.client_limits.ByteRate`); that wait is the
+    :class:`~mediaref.serve.client_limits.ClientRate`); that wait is the
     server's, so it does not count against the client's timeout or rate.
 
     Raises ``web.HTTPRequestEntityTooLarge`` (413) over the cap, ``web.HTTPRequestTimeout``
