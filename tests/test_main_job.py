@@ -33,7 +33,7 @@ def test_python_m_mediaref_renders_the_shipped_example_offline() -> None:
     features = response["features"]
     assert set(features["mm_hashes"]) == {"image", "video"}
     assert response["token_ids"] and response["sampling_params"]["max_tokens"] == 128
-    assert features["kwargs_info"]["image"][0]["pixel_values"]["dtype"] == "uint8"
+    assert "image 0: pixel_values uint8 [" in out.stderr  # the fields, named on stderr
     renders = [line for line in out.stderr.splitlines() if line.startswith("render ")]
     assert len(renders) == 2
     assert renders[0].endswith("decoded 2 of 2 items")  # the miss decoded the photo and clip

@@ -22,6 +22,7 @@ from mediaref.renderers.base import MultiModalRequest
 from mediaref.renderers.chat_utils import apply_chat_template, parse_chat_messages
 from mediaref.serve.app import CHAT_ROUTE, COMPLETIONS_ROUTE, build_app
 from mediaref.serve.features import decode_kwargs_item
+from mediaref.serve.mm_serde import decode_mm_kwargs_item
 from mediaref.serve.options import ServeOptions
 from mediaref.serve.service import RenderService
 
@@ -108,23 +109,49 @@ async def test_chat_render_answers_vllm_generate_request_with_the_renderers_outp
     assert features["mm_placeholders"] == {
         "image": [{"offset": placeholder.offset, "length": placeholder.length}]
     }
+    # The tensors in vLLM's wire format (an engine decodes them as vLLM's own would).
     (encoded,) = features["kwargs_data"]["image"]
-    fields = decode_kwargs_item(encoded)
+    item = decode_mm_kwargs_item(encoded)
     data = expected["mm_kwargs"].get_data()
-    assert torch.equal(fields["pixel_values"], data["pixel_values"])
-    assert torch.equal(fields["image_grid_thw"], data["image_grid_thw"][0])
-    info = features["kwargs_info"]["image"][0]
-    assert info["pixel_values"] == {
-        "dtype": str(data["pixel_values"].dtype).removeprefix("torch."),
-        "shape": list(data["pixel_values"].shape),
+    assert torch.equal(item["pixel_values"].data, data["pixel_values"])
+    assert torch.equal(item["image_grid_thw"].data, data["image_grid_thw"][0])
+    assert "kwargs_info" not in features  # vLLM's MultiModalFeatures, field for field
+    # mm_metadata: the fields kept on the CPU or sizing the placeholders, as vLLM sends them.
+    sizing = model.data_parser.placeholder_metadata_fields("image")
+    kept = {
+        name
+        for name, elem in expected["mm_kwargs"]["image"][0].items()
+        if elem.field.keep_on_cpu or name in sizing
     }
+    if kept:
+        (metadata,) = features["mm_metadata"]["image"]
+        assert set(decode_mm_kwargs_item(metadata)) == kept
+    else:
+        assert features["mm_metadata"] is None
 
 
-async def test_mm_payload_none_sends_shapes_without_tensors(client: TestClient[Any, Any]) -> None:
+async def test_mm_payload_none_sends_no_tensors(client: TestClient[Any, Any]) -> None:
     status, body = await post(client, CHAT_ROUTE, chat(data_url(jpeg_bytes(2)), mm_payload="none"))
     assert status == 200, body
-    assert body["features"]["kwargs_data"] is None
-    assert body["features"]["kwargs_info"]["image"][0]["image_grid_thw"]["shape"] == [3]
+    assert body["features"]["kwargs_data"] is None and body["features"]["mm_metadata"] is None
+
+
+async def test_the_safetensors_format_is_an_opt_in_with_shapes(service: RenderService) -> None:
+    options = service.options
+    service.options = dataclasses.replace(options, tensor_format="safetensors")
+    try:
+        async with TestClient(TestServer(build_app(service))) as client:
+            status, body = await post(client, CHAT_ROUTE, chat(data_url(jpeg_bytes(9))))
+    finally:
+        service.options = options
+    assert status == 200, body
+    (encoded,) = body["features"]["kwargs_data"]["image"]
+    fields = decode_kwargs_item(encoded)
+    info = body["features"]["kwargs_info"]["image"][0]
+    assert info["pixel_values"] == {
+        "dtype": str(fields["pixel_values"].dtype).removeprefix("torch."),
+        "shape": list(fields["pixel_values"].shape),
+    }
 
 
 async def test_x_request_id_names_the_request(client: TestClient[Any, Any]) -> None:

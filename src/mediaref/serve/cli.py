@@ -16,7 +16,7 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
-from mediaref.serve.options import DEFAULT_MODEL, LOG_LEVELS, ServeOptions
+from mediaref.serve.options import DEFAULT_MODEL, LOG_LEVELS, TENSOR_FORMATS, ServeOptions
 
 EXAMPLE_REQUEST = "example_request.json"
 
@@ -35,6 +35,13 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=512.0,
         help="encoded tensors of recently sent items, so a repeat is not re-encoded (default: 512)",
+    )
+    parser.add_argument(
+        "--tensor-format",
+        choices=TENSOR_FORMATS,
+        default="vllm",
+        help="how processed tensors are written: vllm (its render server's msgpack, which its "
+        "engines read) or safetensors (any client reads it) (default: vllm)",
     )
     parser.add_argument(
         "--mm-processor-cache-gb",
@@ -269,6 +276,7 @@ def options_from(args: argparse.Namespace, **overrides: Any) -> ServeOptions:
         "models": tuple(args.models or (DEFAULT_MODEL,)),
         "mm_processor_cache_gb": args.mm_processor_cache_gb,
         "encoded_cache_mb": args.encoded_cache_mb,
+        "tensor_format": args.tensor_format,
         "max_items_per_request": args.max_items_per_request,
         "max_request_download_mb": args.max_request_download_mb,
         "allowed_media_domains": tuple(args.allowed_media_domains),

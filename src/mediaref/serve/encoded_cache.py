@@ -1,11 +1,13 @@
 """Encoded tensors of recently sent items, so a processor-cache hit is not re-encoded.
 
-With ``mm_payload: "tensors"`` every response carries each item's processed tensors as base64
-safetensors: ~17 MB for a 1080p image, ~20 ms of one core to build. A hit in the processor cache
-skips the decode and the HF processor, but would still pay that. This LRU keeps the encoded form
-by ``(model, mm_hash, part)`` within a byte budget (``--encoded-cache-mb``; 0: off). An item's
-hash names its processed content (the payload, the decode settings and the processor kwargs), so
-the stored encoding is exactly what encoding it again would give.
+With ``mm_payload: "tensors"`` every response carries each item's processed tensors in base64:
+~17 MB for a 1080p image, ~20 ms of one core to build. A hit in the processor cache skips the
+decode and the HF processor, but would still pay that. This LRU keeps the encoded form by
+``(model, format, mm_hash, part, fields)`` within a byte budget (``--encoded-cache-mb``; 0: off).
+An item's hash names its processed content (the payload, the decode settings and the processor
+kwargs), and the key holds whatever else its encoding depends on (vLLM's format writes the
+request's batch into a flat field), so the stored encoding is exactly what encoding it again
+would give.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 
 import cachetools
 
-_Key = tuple[str, str, str]
+_Key = tuple[object, ...]
 
 
 class EncodedItemCache:

@@ -1,31 +1,34 @@
-"""A rendered request's multimodal features as JSON: vLLM 0.33's ``MultiModalFeatures``, plus
-each processed field's name, dtype and shape.
+"""A rendered request's multimodal features as JSON: vLLM 0.33's ``MultiModalFeatures``.
 
 ::
 
     {"mm_hashes":       {"image": ["7af9..."]},
      "mm_placeholders": {"image": [{"offset": 26, "length": 324}]},
      "kwargs_data":     {"image": ["<base64>"]} | null,     # null when mm_payload is "none"
-     "mm_metadata":     {...} | null,                        # keep_on_cpu fields only
-     "kwargs_info":     {"image": [{"pixel_values": {"dtype": "uint8", "shape": [1296, 1176]},
-                                    "image_grid_thw": {"dtype": "int64", "shape": [3]}}]}}
+     "mm_metadata":     {"image": ["<base64>"]} | null}     # keep_on_cpu + metadata fields
 
-Every list is parallel to ``mm_hashes[modality]``. ``kwargs_info`` is mediaref's addition: what
-each item's processed fields are, whether or not the tensors are sent.
+Every list is parallel to ``mm_hashes[modality]``.
 
-**The tensors** (``kwargs_data``, ``mm_metadata``): each item is base64 of a `safetensors
-<https://github.com/huggingface/safetensors>`_ blob, one tensor per field (a field holding a list
-of tensors is stored as ``name.0``, ``name.1``..., a field holding a plain value goes into the
-blob's ``__metadata__`` as JSON). vLLM encodes these items with its engine's internal msgpack
-format instead; safetensors is what any client can read (``safetensors.torch.load``, or
-:func:`decode_kwargs_item` here), and it cannot carry code, unlike a pickle.
+**The tensors** (``kwargs_data``, ``mm_metadata``) are in one of two formats
+(``--tensor-format``):
+
+- ``vllm`` (the default): exactly what vLLM's render server sends, base64 of its engine's msgpack
+  (:mod:`mediaref.serve.mm_serde`), which a vLLM engine's ``/generate`` reads; ``mm_metadata``
+  holds each item's ``keep_on_cpu`` fields and the fields its modality's placeholders are sized
+  by (vLLM's ``placeholder_metadata_fields``), as vLLM sends them for disaggregated prefill;
+- ``safetensors``: base64 of a `safetensors <https://github.com/huggingface/safetensors>`_ blob,
+  one tensor per field (a field holding a list of tensors is stored as ``name.0``, ``name.1``...,
+  a plain value goes into the blob's ``__metadata__`` as JSON), which any client reads
+  (``safetensors.torch.load``, or :func:`decode_kwargs_item`) and which cannot carry code;
+  ``mm_metadata`` holds the ``keep_on_cpu`` fields, and the features gain ``kwargs_info``: each
+  item's fields' names, dtypes and shapes, whether or not the tensors are sent.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import pybase64
@@ -33,6 +36,8 @@ import torch
 
 from mediaref.inputs import MultiModalInputs, MultiModalKwargsItem
 from mediaref.serve.encoded_cache import EncodedItemCache
+from mediaref.serve.mm_serde import encode_mm_kwargs_item_bytes, request_items
+from mediaref.serve.options import TensorFormat
 
 _TO_SAFETENSORS: dict[torch.dtype, str] = {
     torch.float64: "F64",
@@ -134,9 +139,17 @@ def decode_kwargs_item(encoded: str | bytes) -> dict[str, Any]:
     return fields
 
 
-def _cpu_only(item: MultiModalKwargsItem) -> MultiModalKwargsItem | None:
-    kept = {name: elem for name, elem in item.items() if elem.field.keep_on_cpu}
+def _cpu_only(item: MultiModalKwargsItem, also: Collection[str]) -> MultiModalKwargsItem | None:
+    kept = {name: elem for name, elem in item.items() if elem.field.keep_on_cpu or name in also}
     return MultiModalKwargsItem(kept) if kept else None
+
+
+def _fields_key(item: MultiModalKwargsItem) -> tuple[Any, ...]:
+    """What of an item's fields its vLLM encoding depends on besides its data (the batch)."""
+    return tuple(
+        (name, repr(getattr(elem.field, "slices", None)), getattr(elem.field, "batch_size", None))
+        for name, elem in item.items()
+    )
 
 
 def build_features(
@@ -145,11 +158,15 @@ def build_features(
     with_tensors: bool,
     encoded: EncodedItemCache | None = None,
     model: str = "",
+    tensor_format: TensorFormat = "vllm",
+    metadata_fields_for: Callable[[str], Collection[str]] = lambda modality: (),
 ) -> dict[str, Any] | None:
     """The ``features`` of one rendered prompt; None when it carries no multimodal item.
 
-    ``encoded``: where items already encoded for ``model`` are kept (by hash), so a repeated
-    item is not encoded again."""
+    ``encoded``: where items already encoded for ``model`` are kept (by hash and, in vLLM's
+    format, the request's fields), so a repeated item is not encoded again.
+    ``metadata_fields_for(modality)``: the fields ``mm_metadata`` carries besides the
+    ``keep_on_cpu`` ones (vLLM's format)."""
     hashes = {m: list(h) for m, h in (output.get("mm_hashes") or {}).items() if h}
     if not hashes:
         return None
@@ -164,29 +181,44 @@ def build_features(
         },
         "kwargs_data": None,
         "mm_metadata": None,
-        "kwargs_info": {
-            m: [None if item is None else item_info(item) for item in items[m]] for m in hashes
-        },
     }
+    vllm = tensor_format == "vllm"
+    if not vllm:
+        features["kwargs_info"] = {
+            m: [None if item is None else item_info(item) for item in items[m]] for m in hashes
+        }
     if not with_tensors:
         return features
+    if vllm:
+        for m, row in items.items():
+            if all(item is not None for item in row):
+                items[m] = list(request_items(row))
+    write = encode_mm_kwargs_item_bytes if vllm else encode_kwargs_item
 
     def encode(part: str, mm_hash: str, item: MultiModalKwargsItem | None) -> bytes | None:
         if item is None:
             return None
         if encoded is None:
-            return encode_kwargs_item(item)
-        return encoded.get_or_encode((model, mm_hash, part), lambda: encode_kwargs_item(item))
+            return write(item)
+        key = (model, tensor_format, mm_hash, part, _fields_key(item) if vllm else ())
+        return encoded.get_or_encode(key, lambda: write(item))
 
     features["kwargs_data"] = {
         m: [encode("data", h, item) for h, item in zip(hashes[m], items[m], strict=True)]
         for m in hashes
     }
-    metadata = {m: [None if i is None else _cpu_only(i) for i in items[m]] for m in hashes}
+    metadata = {
+        m: [
+            None if i is None else _cpu_only(i, metadata_fields_for(m) if vllm else ())
+            for i in items[m]
+        ]
+        for m in hashes
+    }
     if any(item is not None for row in metadata.values() for item in row):
         features["mm_metadata"] = {
             m: [encode("meta", h, item) for h, item in zip(hashes[m], row, strict=True)]
             for m, row in metadata.items()
+            if any(item is not None for item in row)
         }
     return features
 

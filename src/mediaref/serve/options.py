@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from mediaref import envs
 from mediaref.models.builtin import BUILTIN_MODEL_NAMES, builtin_model_path
@@ -22,6 +23,8 @@ DEFAULT_MODEL = "qwen2_vl"
 _BYTES_PER_MB = 1024 * 1024
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+TensorFormat = Literal["vllm", "safetensors"]
+TENSOR_FORMATS: tuple[TensorFormat, ...] = ("vllm", "safetensors")
 
 
 def resolve_model_dir(model: str) -> str:
@@ -106,6 +109,9 @@ class ServeOptions:
     client (``docs/security.md``, *Trust*); without it they are a 400."""
     mm_processor_cache_gb: float | None = None
     """The processor output cache per model; None: ``MEDIAREF_MM_PROCESSOR_CACHE_GB`` (4)."""
+    tensor_format: TensorFormat = "vllm"
+    """How processed tensors are written: ``vllm`` (vLLM's render server's msgpack, which its
+    engines read) or ``safetensors`` (any client reads it; the features gain ``kwargs_info``)."""
     encoded_cache_mb: float = 512.0
     """Encoded tensors of recently sent items (base64 safetensors, by item hash), so a repeated
     item's response is not encoded again; 0: off (:mod:`mediaref.serve.encoded_cache`)."""
@@ -151,6 +157,11 @@ class ServeOptions:
         ):
             if number is not None and number < 0:
                 raise ValueError(f"{name} must be >= 0, got {number}")
+        if self.tensor_format not in TENSOR_FORMATS:
+            raise ValueError(
+                f"tensor_format must be one of {', '.join(TENSOR_FORMATS)}, "
+                f"got {self.tensor_format!r}"
+            )
         if self.log_level not in LOG_LEVELS:
             raise ValueError(
                 f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}"
@@ -218,4 +229,11 @@ class ServeOptions:
         return int(megabytes * _BYTES_PER_MB) if megabytes > 0 else None
 
 
-__all__ = ["DEFAULT_MODEL", "LOG_LEVELS", "ServeOptions", "resolve_model_dir"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "LOG_LEVELS",
+    "TENSOR_FORMATS",
+    "ServeOptions",
+    "TensorFormat",
+    "resolve_model_dir",
+]

@@ -6,8 +6,13 @@ same one, request id aside), and one timing line per rendering to stderr::
     render 1: 912.40 ms  fetch 4.12 ms  template 1.90 ms  process 906.38 ms  (decode 52.10 ms, hf 820.77 ms)  decoded 2 of 2 items
     render 2:   3.91 ms  fetch 1.02 ms  template 1.41 ms  process   1.48 ms  (decode 0.00 ms, hf 0.00 ms)  decoded 0 of 2 items
 
-The first is a processor-cache miss (it decodes and runs the HF processor), the rest hits. A
-request that fails prints vLLM's error body on stdout and exits 1.
+The first is a processor-cache miss (it decodes and runs the HF processor), the rest hits. Then
+one line per processed item names its fields' dtypes and shapes (the JSON carries them only inside
+its tensors)::
+
+      image 0: pixel_values uint8 [1296, 1176], image_grid_thw int64 [3]
+
+A request that fails prints vLLM's error body on stdout and exits 1.
 """
 
 from __future__ import annotations
@@ -69,6 +74,24 @@ def resolve_relative_file_urls(body: Any, base: Path) -> Any:
     return body
 
 
+def _described(info: dict[str, Any]) -> str:
+    if "shape" in info:
+        return f"{info['dtype']} {info['shape']}"
+    if "items" in info:
+        return "[" + ", ".join(_described(i) for i in info["items"]) + "]"
+    return str(info.get("type", "?"))
+
+
+def field_lines(timings: RenderTimings) -> list[str]:
+    """One line per processed item: its fields' dtypes and shapes."""
+    return [
+        f"  {modality} {index}: "
+        + ", ".join(f"{name} {_described(info)}" for name, info in (fields or {}).items())
+        for modality, items in timings.fields.items()
+        for index, fields in enumerate(items)
+    ]
+
+
 def timing_line(index: int, timings: RenderTimings, items: int) -> str:
     decode = timings.stages.get("decode_media", 0.0)
     hf = timings.stages.get("apply_hf_processor", 0.0)
@@ -87,6 +110,7 @@ async def render_body(
     if not isinstance(body, dict):
         raise VLLMValidationError("the request must be a JSON object")
     result: dict[str, Any] | list[dict[str, Any]] = {}
+    timings = RenderTimings()
     for index in range(1, repeat + 1):
         timings = RenderTimings()
         if "messages" in body:
@@ -96,6 +120,8 @@ async def render_body(
             completion = parse_completion_request(body, service.options)
             result = await service.render_completion(completion)
         print(timing_line(index, timings, _media_count(body)), file=log, flush=True)
+    for line in field_lines(timings):
+        print(line, file=log, flush=True)
     return result
 
 
@@ -123,4 +149,11 @@ def render_file(
     return status
 
 
-__all__ = ["pretty_json", "render_body", "render_file", "resolve_relative_file_urls", "timing_line"]
+__all__ = [
+    "field_lines",
+    "pretty_json",
+    "render_body",
+    "render_file",
+    "resolve_relative_file_urls",
+    "timing_line",
+]

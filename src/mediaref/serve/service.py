@@ -28,6 +28,7 @@ import asyncio
 import functools
 import os
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,7 @@ from mediaref.serve.client_limits import ClientSemaphores, FairGate
 from mediaref.serve.encoded_cache import EncodedItemCache
 from mediaref.serve.errors import ModelNotFoundError
 from mediaref.serve.fair_pool import FairPool
-from mediaref.serve.features import build_features
+from mediaref.serve.features import build_features, item_info
 from mediaref.serve.metrics import ServeMetrics
 from mediaref.serve.options import ServeOptions, resolve_model_dir
 from mediaref.serve.prompt_checks import (
@@ -71,6 +72,9 @@ class RenderTimings:
     stages: dict[str, float] = field(default_factory=dict)
     decoded: int = 0
     """Media items this request decoded (0 on a processor-cache hit)."""
+    fields: dict[str, list[dict[str, Any] | None]] = field(default_factory=dict)
+    """Each item's processed fields, by modality: their dtypes and shapes (``mediaref render``
+    prints them; the response itself carries them only inside its tensors)."""
 
     @property
     def total(self) -> float:
@@ -245,7 +249,13 @@ class RenderService:
         features = await self.pool.run(
             client,
             functools.partial(
-                build_features, output, with_tensors=with_tensors, encoded=self.encoded, model=name
+                build_features,
+                output,
+                with_tensors=with_tensors,
+                encoded=self.encoded,
+                model=name,
+                tensor_format=self.options.tensor_format,
+                metadata_fields_for=_metadata_fields(renderer),
             ),
         )
         return generate_request(
@@ -282,6 +292,10 @@ class RenderService:
             elif self.options.eager_media:
                 timings.decoded += 1
                 self.metrics.decodes.labels(modality).inc()
+        timings.fields = {
+            modality: [None if item is None else item_info(item) for item in items]
+            for modality, items in (output.get("mm_kwargs") or {}).items()
+        }
         hashes = [h for row in (output.get("mm_hashes") or {}).values() for h in row]
         self.metrics.observe_cached(model, hashes)
         return output
@@ -315,6 +329,17 @@ class RenderService:
                 )
             )
         return results
+
+
+def _metadata_fields(renderer: BaseRenderer[Any]) -> Callable[[str], Collection[str]]:
+    """The fields that size a modality's placeholders (what vLLM puts in ``mm_metadata``)."""
+    processor = renderer.mm_processor
+    if processor is None:
+        return lambda modality: ()
+    fields: Callable[[str], Collection[str]] = (
+        processor.info.data_parser.placeholder_metadata_fields
+    )
+    return fields
 
 
 def _tokenize(renderer: BaseRenderer[Any], text: str, add_special_tokens: bool) -> list[int]:
