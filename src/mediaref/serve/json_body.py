@@ -2,8 +2,8 @@
 
 A rendered 1080p image's tensors are ~17 MB of base64; ``json.dumps`` spends ~50 ms escaping a
 string that needs no escaping. :func:`dump_json` writes every ``bytes`` value (base64, so plain
-ASCII: :func:`mediaref.serve.features.encode_kwargs_item`'s) as a JSON string as it is: the rest
-of the payload is dumped with a placeholder in each such place, then the blobs are spliced in.
+ASCII: what :mod:`mediaref.serve.features` encodes) as a JSON string as it is: the rest of the
+payload is dumped with a placeholder in each such place, then the blobs are spliced in.
 """
 
 from __future__ import annotations
