@@ -59,7 +59,13 @@ def refused(body: dict[str, Any], *, chat: bool = True, prompt_len: int = PROMPT
 
 
 def sampling(body: dict[str, Any], *, chat: bool = True) -> dict[str, Any]:
-    params: dict[str, Any] = render(body, chat=chat)["sampling_params"]
+    """The resolved sampling fields, every one (the response writes only those vLLM's dump
+    keeps: ``tests/test_render_parity.py`` holds that)."""
+    if chat:
+        request: Any = parse_chat_request({"messages": [USER], **body}, ServeOptions())
+    else:
+        request = parse_completion_request({"prompt": "hi", **body}, ServeOptions())
+    params: dict[str, Any] = request.sampling.resolve(PROMPT_LEN, MAX_MODEL_LEN)
     return params
 
 

@@ -306,6 +306,72 @@ def _normalize(params: dict[str, Any]) -> None:
         params.update(top_p=1.0, top_k=0, min_p=0.0)
 
 
+# vLLM's RequestOutputKind: a streamed request's outputs come as deltas, else only the last.
+_DELTA, _FINAL_ONLY = 1, 2
+# SamplingParams' defaults that its dump leaves out (its omit_defaults), for the fields whose
+# value a render request takes as a cached int or a singleton: those equal to the default are
+# the default object, so msgspec omits them. Floats and lists come out new and always show.
+_OMITTED_WHEN = {
+    "n": 1,
+    "top_k": 0,
+    "seed": None,
+    "ignore_eos": False,
+    "max_tokens": 16,
+    "min_tokens": 0,
+    "logprobs": None,
+    "prompt_logprobs": None,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "include_stop_str_in_output": False,
+    "allowed_token_ids": None,
+}
+
+
+def sampling_params_json(params: Mapping[str, Any], *, stream: bool) -> dict[str, Any]:
+    """``params`` (:meth:`SamplingRequest.resolve`'s) as vLLM's render server writes its
+    ``SamplingParams``: msgspec's ``to_builtins`` with ``omit_defaults``, in the struct's field
+    order, with the fields ``SamplingParams`` sets itself (``output_kind``, ``skip_clone``,
+    ``output_text_buffer_length``, ``skip_reading_prefix_cache``). A greedy request's
+    ``top_p`` and ``min_p`` are the defaults' own objects again, so they are left out too."""
+    greedy = params["temperature"] < _GREEDY_BELOW
+    stop = list(params["stop"])
+    buffer = 0
+    if stop and not params["include_stop_str_in_output"]:
+        buffer = max(len(s) for s in stop) - 1
+    fields: dict[str, Any] = {
+        "n": params["n"],
+        "presence_penalty": float(params["presence_penalty"]),
+        "frequency_penalty": float(params["frequency_penalty"]),
+        "repetition_penalty": float(params["repetition_penalty"]),
+        "temperature": float(params["temperature"]),
+        "top_p": None if greedy else float(params["top_p"]),
+        "top_k": 0 if params["top_k"] == -1 else params["top_k"],
+        "min_p": None if greedy else float(params["min_p"]),
+        "seed": params["seed"],
+        "stop": stop,
+        "stop_token_ids": list(params["stop_token_ids"]),
+        "ignore_eos": params["ignore_eos"],
+        "max_tokens": params["max_tokens"],
+        "min_tokens": params["min_tokens"],
+        "logprobs": params["logprobs"],
+        "prompt_logprobs": params["prompt_logprobs"],
+        "skip_special_tokens": params["skip_special_tokens"],
+        "spaces_between_special_tokens": params["spaces_between_special_tokens"],
+        "include_stop_str_in_output": params["include_stop_str_in_output"],
+        "output_kind": _DELTA if stream else _FINAL_ONLY,
+        "skip_clone": True,
+        "output_text_buffer_length": buffer or None,
+        "allowed_token_ids": params["allowed_token_ids"],
+        "bad_words": list(params["bad_words"]),
+        "skip_reading_prefix_cache": params["prompt_logprobs"] is not None,
+    }
+    return {
+        name: value
+        for name, value in fields.items()
+        if value is not None and not (name in _OMITTED_WHEN and value == _OMITTED_WHEN[name])
+    }
+
+
 def _max_tokens(body: Mapping[str, Any], *, chat: bool) -> tuple[int | None, str]:
     """The requested output budget and the field it came from (completions' default is 16)."""
     legacy = f.get_int(body, "max_tokens", None)
@@ -324,4 +390,5 @@ __all__ = [
     "SamplingRequest",
     "parse_sampling",
     "resolve_max_tokens",
+    "sampling_params_json",
 ]
