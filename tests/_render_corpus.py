@@ -29,6 +29,8 @@ from PIL import Image
 
 CHAT = "/v1/chat/completions/render"
 COMPLETIONS = "/v1/completions/render"
+TOKENIZE = "/tokenize"
+DETOKENIZE = "/detokenize"
 SERVER_FLAGS = ("--trust-request-mm-kwargs", "--trust-request-chat-template")
 """Flags both servers run with (each has them under the same names)."""
 
@@ -259,9 +261,32 @@ def _audio_cases() -> list[Case]:
     ]
 
 
+def _tokenizer_cases() -> list[Case]:
+    def tok(name: str, route: str, **body: Any) -> Case:
+        return Case(name, "qwen2_vl", route, body)
+
+    hello = [{"role": "user", "content": "Hello there."}]
+    return [
+        tok("tokenize_prompt", TOKENIZE, prompt="hello world"),
+        tok("tokenize_prompt_strs", TOKENIZE, prompt="hello world", return_token_strs=True),
+        tok("tokenize_no_special", TOKENIZE, prompt="hello", add_special_tokens=False),
+        tok("tokenize_chat", TOKENIZE, messages=hello),
+        tok("tokenize_chat_no_prompt", TOKENIZE, messages=hello, add_generation_prompt=False),
+        tok("tokenize_chat_image", TOKENIZE, messages=user(image(_jpeg(30, (64, 48))), text("Hi"))),
+        tok("detokenize", DETOKENIZE, tokens=[257, 359, 285, 78, 81, 75, 67]),
+        tok("detokenize_special", DETOKENIZE, tokens=[390, 82, 88, 391]),
+    ]
+
+
 def cases() -> list[Case]:
     """Every request of the corpus, in a fixed order."""
-    return [*_vision_cases(), *_text_cases(), *_completion_cases(), *_audio_cases()]
+    return [
+        *_vision_cases(),
+        *_text_cases(),
+        *_completion_cases(),
+        *_audio_cases(),
+        *_tokenizer_cases(),
+    ]
 
 
 def _digest(value: Any) -> Any:
@@ -303,7 +328,8 @@ def _features_summary(features: dict[str, Any] | None) -> Any:
 
 def _request_summary(response: dict[str, Any]) -> dict[str, Any]:
     out = {key: value for key, value in response.items() if key != "request_id"}
-    out["features"] = _features_summary(response.get("features"))
+    if "features" in response:
+        out["features"] = _features_summary(response["features"])
     return out
 
 
@@ -316,4 +342,13 @@ def summary(status: int, body: Any) -> dict[str, Any]:
     return {"status": status, "body": _request_summary(body)}
 
 
-__all__ = ["CHAT", "COMPLETIONS", "SERVER_FLAGS", "Case", "cases", "summary"]
+__all__ = [
+    "CHAT",
+    "COMPLETIONS",
+    "DETOKENIZE",
+    "SERVER_FLAGS",
+    "TOKENIZE",
+    "Case",
+    "cases",
+    "summary",
+]

@@ -370,3 +370,19 @@ async def test_a_draining_server_says_so_on_health_and_closes_connections(
     assert status == 200  # a request on an open connection is still answered
     response = await client.post(COMPLETIONS_ROUTE, json={"prompt": "x"})
     assert response.headers.get("Connection", "").lower() == "close"
+
+
+async def test_the_info_routes_answer_as_vllms_render_server(client: TestClient[Any, Any]) -> None:
+    from importlib import metadata
+
+    version = await (await client.get("/version")).json()
+    assert version == {"version": "0.33.0", "mediaref_version": metadata.version("mediaref")}
+    models = await (await client.get("/v1/models")).json()
+    assert models["object"] == "list"
+    (model,) = models["data"]
+    assert (model["id"], model["root"], model["owned_by"]) == ("qwen2_vl", "qwen2_vl", "vllm")
+    assert model["max_model_len"] == 32768 and model["permission"][0]["allow_sampling"]
+    assert await (await client.get("/load")).json() == {"server_load": 0}
+    assert await (await client.get("/kv_event_sources")).json() == {}
+    for method in ("GET", "POST"):
+        assert (await client.request(method, "/ping")).status == 200

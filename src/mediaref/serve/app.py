@@ -3,8 +3,10 @@
 =====================================  ======================================================
 ``POST /v1/chat/completions/render``   a chat request -> one ``GenerateRequest`` (JSON)
 ``POST /v1/completions/render``        a completions request -> a list of them, one a prompt
+``POST /tokenize``, ``/detokenize``    vLLM's tokenizer routes (:mod:`mediaref.serve.tokenization`)
 ``GET /health``                        200 while serving; 503 once draining (SIGTERM)
 ``GET /metrics``                       Prometheus text (:mod:`mediaref.serve.metrics`)
+``GET /v1/models``, ``/version``, ...  what the server serves (:mod:`mediaref.serve.info`)
 =====================================  ======================================================
 
 **The front door.** A render request goes through, in this order:
@@ -48,16 +50,25 @@ from mediaref.serve.client_limits import (
     client_key,
 )
 from mediaref.serve.errors import error_body, error_response_for
+from mediaref.serve.info import add_info_routes
 from mediaref.serve.json_body import dump_json
 from mediaref.serve.logs import REQUEST_ID_KEY
 from mediaref.serve.metrics import CONTENT_TYPE
 from mediaref.serve.options import ServeOptions
-from mediaref.serve.protocol import RenderCommon, parse_chat_request, parse_completion_request
+from mediaref.serve.protocol import parse_chat_request, parse_completion_request
 from mediaref.serve.request_body import BodyLimits, JsonValueCount, parse_json_body, read_body
 from mediaref.serve.service import RenderService
+from mediaref.serve.tokenization import (
+    detokenize,
+    parse_detokenize_request,
+    parse_tokenize_request,
+    tokenize,
+)
 
 CHAT_ROUTE = "/v1/chat/completions/render"
 COMPLETIONS_ROUTE = "/v1/completions/render"
+TOKENIZE_ROUTE = "/tokenize"
+DETOKENIZE_ROUTE = "/detokenize"
 HEALTH_ROUTE = "/health"
 METRICS_ROUTE = "/metrics"
 RENDER_ROUTES = (CHAT_ROUTE, COMPLETIONS_ROUTE)
@@ -200,11 +211,12 @@ async def _render(request: web.Request, render: _Render) -> web.Response:
 
 
 def _render_route(
-    parse: Callable[..., RenderCommon],
+    parse: Callable[..., Any],
     render: Callable[[RenderService, Any, str], Awaitable[Any]],
     id_prefix: str,
 ) -> _Handler:
-    """A render route's handler: ``parse`` the body, then ``render`` it for its client."""
+    """A POST route's handler: ``parse`` the body (into a request with a ``request_id``), then
+    ``render`` it for its client, through the front door."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         service = request.app[SERVICE_KEY]
@@ -227,6 +239,8 @@ render_completion = _render_route(
     lambda s, req, client: s.render_completion(req, client=client),
     "cmpl",
 )
+tokenize_route = _render_route(parse_tokenize_request, tokenize, "tokenize")
+detokenize_route = _render_route(parse_detokenize_request, detokenize, "tokenize")
 
 
 async def health(request: web.Request) -> web.Response:
@@ -257,19 +271,24 @@ def build_app(service: RenderService) -> web.Application:
     app.on_cleanup.append(_close_state)
     app.router.add_post(CHAT_ROUTE, render_chat)
     app.router.add_post(COMPLETIONS_ROUTE, render_completion)
+    app.router.add_post(TOKENIZE_ROUTE, tokenize_route)
+    app.router.add_post(DETOKENIZE_ROUTE, detokenize_route)
     app.router.add_get(HEALTH_ROUTE, health)
     app.router.add_get(METRICS_ROUTE, metrics)
+    add_info_routes(app, service, lambda: app[STATE_KEY].in_flight)
     return app
 
 
 __all__ = [
     "CHAT_ROUTE",
     "COMPLETIONS_ROUTE",
+    "DETOKENIZE_ROUTE",
     "HEALTH_ROUTE",
     "METRICS_ROUTE",
     "RENDER_ROUTES",
     "SERVICE_KEY",
     "STATE_KEY",
+    "TOKENIZE_ROUTE",
     "ServerState",
     "build_app",
 ]

@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
 from mediaref.media.base import MediaRef
@@ -58,7 +58,7 @@ from mediaref.serve.prompt_checks import (
     conversation_texts,
     refuse_long_text,
 )
-from mediaref.serve.protocol import ChatRenderRequest, CompletionRenderRequest, RenderCommon
+from mediaref.serve.protocol import ChatRenderRequest, CompletionRenderRequest
 from mediaref.serve.responses import generate_request, parse_context
 
 
@@ -79,6 +79,13 @@ class RenderTimings:
     @property
     def total(self) -> float:
         return self.fetch + self.template + self.process
+
+
+class NamesAModel(Protocol):
+    """A request of any route: it may name a served model."""
+
+    @property
+    def model(self) -> str | None: ...
 
 
 INLINE_TEXT_CHARS = 16 * 1024
@@ -154,7 +161,8 @@ class RenderService:
             message = message.replace(directory, name)
         return message
 
-    def renderer_for(self, request: RenderCommon) -> tuple[str, BaseRenderer[Any]]:
+    def renderer_for(self, request: NamesAModel) -> tuple[str, BaseRenderer[Any]]:
+        """The served model a request names (its ``model``; the default when it names none)."""
         name = request.model or self.options.default_model
         renderer = self.renderers.get(name)
         if renderer is None:
@@ -300,6 +308,17 @@ class RenderService:
         self.metrics.observe_cached(model, hashes)
         return output
 
+    async def tokenize_text(
+        self, model: str, text: str, *, add_special_tokens: bool, client: str = LOCAL_CLIENT
+    ) -> list[int]:
+        """``text``'s token ids for ``model``, bounded by its context (a 400 past it) and
+        refused if it spells a media placeholder token."""
+        renderer = self.renderers[model]
+        self.placeholders[model].check_text([text], parameter="prompt")
+        if len(text) <= INLINE_TEXT_CHARS:
+            return _tokenize(renderer, text, add_special_tokens)
+        return await self.pool.run(client, _tokenize, renderer, text, add_special_tokens)
+
     async def render_completion(
         self, request: CompletionRenderRequest, *, client: str = LOCAL_CLIENT
     ) -> list[dict[str, Any]]:
@@ -309,12 +328,9 @@ class RenderService:
         results: list[dict[str, Any]] = []
         for index, prompt in enumerate(request.prompts):
             if isinstance(prompt, str):
-                self.placeholders[name].check_text([prompt], parameter="prompt")
-                args = (renderer, prompt, request.add_special_tokens)
-                if len(prompt) <= INLINE_TEXT_CHARS:
-                    token_ids = _tokenize(*args)
-                else:
-                    token_ids = await self.pool.run(client, _tokenize, *args)
+                token_ids = await self.tokenize_text(
+                    name, prompt, add_special_tokens=request.add_special_tokens, client=client
+                )
             else:
                 renderer.validate_token_ids(prompt, parameter="prompt")
                 token_ids = list(prompt)
@@ -372,4 +388,10 @@ def _decode_all(mm_data: Any) -> dict[str, Any]:
     return decoded
 
 
-__all__ = ["INLINE_TEXT_CHARS", "LOCAL_CLIENT", "RenderService", "RenderTimings"]
+__all__ = [
+    "INLINE_TEXT_CHARS",
+    "LOCAL_CLIENT",
+    "NamesAModel",
+    "RenderService",
+    "RenderTimings",
+]
