@@ -2,12 +2,13 @@
 
     python scripts/check_native_asan.py [--quick]
 
-Builds ``models/_patch_rows_native.c`` and ``models/_aa_resize.c`` with ``-fsanitize=address``
-into a temporary directory (gcc and libasan needed), then runs, in a child process that preloads
-libasan, every vector level the CPU has and the plain loops over frame counts 1 and 3, input
-sides 1 to 61, 3- and 4-byte pixels, three geometries and two block cuts: any read or write out
-of bounds aborts with ASan's report. Prints the number of calls checked. Not a test (a compiler
-and libasan are not the project's requirements); run it after changing the C.
+Builds ``models/qwen2_vl/_patch_rows_native.c`` and ``models/qwen2_vl/_aa_resize.c`` with
+``-fsanitize=address`` into a temporary directory (gcc and libasan needed), then runs, in a child
+process that preloads libasan, every vector level the CPU has and the plain loops over frame
+counts 1 and 3, input sides 1 to 61, 3- and 4-byte pixels, three geometries and two block cuts:
+any read or write out of bounds aborts with ASan's report. Prints the number of calls checked.
+Not a test (a compiler and libasan are not the project's requirements); run it after changing
+the C.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ SOURCES = ["_patch_rows_native.c", "_aa_resize.c"]
 
 def build(directory: Path) -> Path:
     target = directory / f"_patch_rows_native{sysconfig.get_config_var('EXT_SUFFIX')}"
-    models = ROOT / "src" / "mediaref" / "models"
+    sources = ROOT / "src" / "mediaref" / "models" / "qwen2_vl"
     subprocess.run(
         ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer",
-         f"-I{sysconfig.get_paths()['include']}", *[str(models / name) for name in SOURCES],
+         f"-I{sysconfig.get_paths()['include']}", *[str(sources / name) for name in SOURCES],
          "-o", str(target)],
         check=True,
     )  # fmt: skip

@@ -204,7 +204,6 @@ def processor_items() -> list[tuple[str, Any]]:
     """The items vLLM's own Qwen2-VL processor makes for one and two images, and a clip."""
     import numpy as np
     from PIL import Image
-
     from vllm.config import ModelConfig
     from vllm.multimodal import MULTIMODAL_REGISTRY
     from vllm.multimodal.processing.context import TimingContext

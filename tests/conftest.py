@@ -197,7 +197,7 @@ def qwen2_audio_processor() -> Any:
 @pytest.fixture
 def make_renderer() -> Iterator[Callable[[Any], BaseRenderer]]:
     """Builds Qwen2-VL renderers around given processors; shuts every one down after the test."""
-    from _lazy_fixtures import model_config
+    from _instrumented_decoding import model_config
     from mediaref.renderers.base import BaseRenderer
 
     made: list[BaseRenderer] = []
@@ -219,7 +219,7 @@ def make_renderer() -> Iterator[Callable[[Any], BaseRenderer]]:
 def torch_resize(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fused path on torch's resize kernel, then the rows: its path where the native resize
     does not give torch's bytes."""
-    from mediaref.models import _qwen2_vl_fused as fused
+    from mediaref.models.qwen2_vl import _fused as fused
 
     monkeypatch.setattr(fused, "resize_in_rows", lambda: False)
 
@@ -227,10 +227,10 @@ def torch_resize(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def native_resize(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fused path on the native resize + rows pass, its default where
-    :func:`~mediaref.models._patch_rows.resize_in_rows` holds (skipped where it does not, which
+    :func:`~mediaref.models.qwen2_vl._patch_rows.resize_in_rows` holds (skipped where it does not, which
     ``test_patch_rows_native.py`` refuses on x86-64)."""
-    from mediaref.models import _patch_rows
-    from mediaref.models import _qwen2_vl_fused as fused
+    from mediaref.models.qwen2_vl import _fused as fused
+    from mediaref.models.qwen2_vl import _patch_rows
 
     if not _patch_rows.resize_in_rows():
         pytest.skip("the native resize does not give torch's bytes here")

@@ -167,7 +167,7 @@ def test_audio_resampler_defaults_to_torchaudio_and_checks_its_method() -> None:
 
 
 def test_parse_layer_resamples_through_mediaref_audio() -> None:
-    from mediaref.parse import _audio as parse_audio
+    from mediaref.parse import _parser as parse_audio
 
     assert parse_audio.AudioResampler is AudioResampler
 

@@ -24,7 +24,7 @@ import pytest
 import torch
 from PIL import Image
 
-from _lazy_fixtures import image_bytes
+from _instrumented_decoding import image_bytes
 from mediaref.exceptions import (
     MediaTooLargeError,
     VLLMUnprocessableEntityError,

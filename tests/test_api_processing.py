@@ -231,7 +231,7 @@ def _vl_info(**config: Any) -> BaseProcessingInfo:
 def test_hand_built_inputs_keep_the_callers_refs(qwen2_vl_processor: Any) -> None:
     # Processing owns only the forks build_inputs makes; refs handed over in a hand-built
     # ProcessorInputs are the caller's, and stay usable after the apply.
-    from _lazy_fixtures import image_bytes
+    from _instrumented_decoding import image_bytes
     from mediaref.media.image import ImageMediaIO
 
     ref = ImageMediaIO().load_bytes_ref(image_bytes(7))
@@ -245,7 +245,7 @@ def test_hand_built_inputs_keep_the_callers_refs(qwen2_vl_processor: Any) -> Non
 
 
 def test_build_inputs_releases_only_its_forks(qwen2_vl_processor: Any) -> None:
-    from _lazy_fixtures import image_bytes
+    from _instrumented_decoding import image_bytes
     from mediaref.media.image import ImageMediaIO
 
     ref = ImageMediaIO().load_bytes_ref(image_bytes(8))
@@ -259,7 +259,7 @@ def test_build_inputs_releases_only_its_forks(qwen2_vl_processor: Any) -> None:
 
 
 def test_refs_the_caller_passed_anywhere_are_never_counted_as_processings() -> None:
-    from mediaref.processing._ref_ownership import caller_ref_ids
+    from mediaref.processing._apply_state import caller_ref_ids
 
     refs = [
         MediaRef(bytes([i]), CountingDecoder(None), DecodeSpec(modality="video")) for i in range(3)

@@ -1,6 +1,9 @@
 """The tree reads as the flow, and machines hold the line (read from the AST, nothing imported).
 
 - Imports point down the stages (``LAYERS``): a module imports only its own stage or lower ones.
+- No two modules import each other, directly or around a loop, counting every import the AST
+  holds: those under ``if TYPE_CHECKING:`` and those inside functions too (a cycle hidden in a
+  function is still a cycle a reader has to hold in their head).
 - No module imports another package's private module (``a.b._c`` only from inside ``a.b``).
 - The dependencies ``pyproject.toml`` declares are exactly the third-party packages ``src/``
   imports, plus the documented run-time-only ones.
@@ -23,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 
 # The stages of the flow, lowest first. A module may import modules of its own stage or below.
-# (The registry sits below processing: processing infos register with it, and it builds them
-# through their own classmethod, so it never imports processing.)
+# (The registry sits above processing, as vLLM's does: it builds a model's processing context,
+# info and processor. Model families, above it, register with it.)
 LAYERS: list[tuple[str, ...]] = [
     ("mediaref.envs", "mediaref.exceptions"),
     ("mediaref.ops", "mediaref.video_prune"),  # torch and triton only
@@ -42,8 +45,8 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("mediaref.parse",),
     ("mediaref.cache",),
-    ("mediaref.registry",),
     ("mediaref.processing",),
+    ("mediaref.registry",),
     ("mediaref.models",),
     ("mediaref.renderers", "mediaref.entrypoints"),
     ("mediaref", "mediaref.__main__", "mediaref.serve"),  # front door, server and CLI
@@ -52,72 +55,6 @@ LAYERS: list[tuple[str, ...]] = [
 # Imported by nothing in src/, needed at run time: transformers' default Qwen2-VL image and
 # video processors import torchvision.
 RUNTIME_ONLY_DEPENDENCIES = {"torchvision"}
-
-# Public paths users import (the module map in docs/architecture.md).
-PUBLIC_MODULES = [
-    "mediaref",
-    "mediaref.envs",
-    "mediaref.exceptions",
-    "mediaref.image",
-    "mediaref.audio",
-    "mediaref.inputs",
-    "mediaref.hasher",
-    "mediaref.parse",
-    "mediaref.registry",
-    "mediaref.utils",
-    "mediaref.video",
-    "mediaref.video_decoders",
-    "mediaref.video_decoders.base",
-    "mediaref.video_decoders.opencv",
-    "mediaref.video_decoders.torchcodec",
-    "mediaref.video_prune.evs",
-    "mediaref.video_prune.vidcom2",
-    "mediaref.cache",
-    "mediaref.cache.factories",
-    "mediaref.cache.base",
-    "mediaref.cache.lru",
-    "mediaref.cache.shm",
-    "mediaref.encoder_budget",
-    "mediaref.media",
-    "mediaref.media.base",
-    "mediaref.media.connector",
-    "mediaref.media.decode",
-    "mediaref.media.decode_budget",
-    "mediaref.media.executor",
-    "mediaref.media.extensions",
-    "mediaref.media.image",
-    "mediaref.media.audio",
-    "mediaref.media.video",
-    "mediaref.media.video.loader_registry",
-    "mediaref.processing",
-    "mediaref.processing.context",
-    "mediaref.processing.dummy_inputs",
-    "mediaref.processing.fields",
-    "mediaref.processing.inputs",
-    "mediaref.processing.processor",
-    "mediaref.processing.prompt_updates",
-    "mediaref.processing.token_layout",
-    "mediaref.processing.torch_threads",
-    "mediaref.renderers.base",
-    "mediaref.entrypoints.chat_utils",
-    "mediaref.ops.mm_input_norm",
-    "mediaref.models.builtin",
-    "mediaref.models.qwen2_vl_mrope",
-    "mediaref.serve",
-    "mediaref.serve.app",
-    "mediaref.serve.cli",
-    "mediaref.serve.errors",
-    "mediaref.serve.encoded_cache",
-    "mediaref.serve.features",
-    "mediaref.serve.json_body",
-    "mediaref.serve.metrics",
-    "mediaref.serve.options",
-    "mediaref.serve.protocol",
-    "mediaref.serve.render_once",
-    "mediaref.serve.responses",
-    "mediaref.serve.server",
-    "mediaref.serve.service",
-]
 
 
 def module_name(path: Path) -> str:
@@ -184,6 +121,117 @@ def test_no_upward_imports() -> None:
     assert not upward, "\n".join(upward)
 
 
+def imported_modules(module: str, path: Path, modules: set[str]) -> Iterator[str]:
+    """The mediaref modules ``module`` imports anywhere in its file (``if TYPE_CHECKING:`` and
+    function bodies included). ``from a.b import c`` names the module ``a.b.c`` when there is
+    one, else ``a.b``; an import names the module itself, not the packages above it (every
+    package ``__init__`` that re-exports its modules would otherwise close a loop)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            names = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            while name and name not in modules:  # ``import a.b.C`` where C is not a module
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                yield name
+
+
+def _import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def _one_loop(graph: dict[str, set[str]], members: list[str]) -> list[str]:
+    """A shortest import loop through the component's first module, for the failure message."""
+    start, inside = members[0], set(members)
+    paths = {start: [start]}
+    queue = [start]
+    for node in queue:
+        for target in sorted(graph[node] & inside):
+            if target == start:
+                return [*paths[node], start]
+            if target not in paths:
+                paths[target] = [*paths[node], target]
+                queue.append(target)
+    return members
+
+
+def test_no_import_cycles() -> None:
+    sources = dict(source_modules())
+    # A compiled extension (its ``.pyi`` stub) is a module too; it imports nothing back.
+    extensions = {module_name(stub) for stub in SRC.rglob("*.pyi")}
+    modules = set(sources) | extensions
+    graph = {m: set(imported_modules(m, path, modules)) for m, path in sources.items()}
+    graph.update({m: set() for m in extensions - set(sources)})
+    cycles = _import_cycles(graph)
+    report = [
+        f"{len(members)} modules: {', '.join(members)}\n"
+        f"  e.g. {' -> '.join(_one_loop(graph, members))}"
+        for members in cycles
+    ]
+    assert not cycles, "import cycles:\n" + "\n".join(report)
+
+
+def test_the_cycle_check_sees_type_checking_and_function_level_imports(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n"
+    )
+    (package / "b.py").write_text("def f():\n    from pkg import a\n")
+    modules = {"pkg", "pkg.a", "pkg.b"}
+    graph = {
+        "pkg": set(),
+        "pkg.a": set(imported_modules("pkg.a", package / "a.py", modules)),
+        "pkg.b": set(imported_modules("pkg.b", package / "b.py", modules)),
+    }
+    assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.a"}
+    assert _import_cycles(graph) == [["pkg.a", "pkg.b"]]
+    assert _one_loop(graph, ["pkg.a", "pkg.b"]) == ["pkg.a", "pkg.b", "pkg.a"]
+
+
 def _private_owner(imported: str) -> str | None:
     """The package that owns ``imported``'s first private component, or None if none is private."""
     parts = imported.split(".")
@@ -235,7 +283,14 @@ def test_declared_dependencies_are_what_src_imports() -> None:
     assert not unused, f"declared but imported by nothing in src/: {sorted(unused)}"
 
 
-@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def public_modules() -> list[str]:
+    """Every module whose path has no underscore part: the public paths users import (the module
+    map in docs/architecture.md)."""
+    names = (module_name(path) for path in SRC.rglob("*.py"))
+    return sorted(n for n in names if not any(part.startswith("_") for part in n.split(".")))
+
+
+@pytest.mark.parametrize("name", public_modules())
 def test_public_paths_import(name: str) -> None:
     importlib.import_module(name)
 

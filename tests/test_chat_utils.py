@@ -25,8 +25,8 @@ import pytest
 
 from _audio_samples import Tones, dominant_frequency_hz, encode_soundfile, sine
 from _http_server import MediaServer
-from _lazy_fixtures import image_bytes
-from _processor_fixtures import assert_matches_hf, reference_image
+from _instrumented_decoding import image_bytes
+from _parity_references import assert_matches_hf, reference_image
 from _video_samples import make_clip
 from mediaref.exceptions import (
     MediaNotAllowedError,

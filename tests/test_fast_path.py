@@ -23,10 +23,10 @@ import torch
 from PIL import Image
 
 from _image_samples import SKIMAGE_DATA
-from _processor_fixtures import IMAGE_PROMPT, VIDEO_PROMPT, video_bytes
+from _parity_references import IMAGE_PROMPT, VIDEO_PROMPT, video_bytes
 from mediaref.media.executor import MEDIA_POOL_THREAD_PREFIX, shutdown_media_executor
-from mediaref.models import _qwen2_vl_fused as fused
 from mediaref.models.builtin import builtin_model_path
+from mediaref.models.qwen2_vl import _fused as fused
 from mediaref.processing.context import ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY
 
@@ -276,7 +276,7 @@ def test_mixed_items_match_the_hf_path_item_for_item(
         data = result["mm_kwargs"].get_data()
         return {key: value for key, value in data.items() if isinstance(value, torch.Tensor)}
 
-    from mediaref.models import _qwen2_vl_routing as routing
+    from mediaref.models.qwen2_vl import _routing as routing
 
     taken: list[tuple[bool, int]] = []
     real_fused_rows = routing.fused_rows
@@ -349,7 +349,7 @@ def test_a_deployments_pixel_bounds_stay_on_the_fused_path(
     """``mm_processor_kwargs={"max_pixels": ...}`` (how deployments bound the token count) is
     honoured by the fused path, which stays exact."""
     from mediaref.media.image import ImageMediaIO
-    from mediaref.models import _qwen2_vl_routing as routing
+    from mediaref.models.qwen2_vl import _routing as routing
 
     taken: list[int] = []
     real_fused_rows = routing.fused_rows
@@ -406,7 +406,7 @@ def test_a_failing_item_fails_as_on_the_hf_path_once_every_job_is_drained(
     ValueError, as the HF call's failures are, raised only after its siblings finished."""
     import threading
 
-    from mediaref.models import _qwen2_vl_routing as routing
+    from mediaref.models.qwen2_vl import _routing as routing
 
     buffer = io.BytesIO()
     generated("RGB", 300, 200).save(buffer, "JPEG")

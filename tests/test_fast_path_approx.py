@@ -13,11 +13,11 @@ import torch
 from PIL import Image
 
 from _image_samples import SKIMAGE_DATA
-from _processor_fixtures import IMAGE_PROMPT
+from _parity_references import IMAGE_PROMPT
 from mediaref.media.image import ImageMediaIO
-from mediaref.models import _qwen2_vl_approx as approx
-from mediaref.models import _qwen2_vl_fused as fused
 from mediaref.models.builtin import builtin_model_path
+from mediaref.models.qwen2_vl import _approx as approx
+from mediaref.models.qwen2_vl import _fused as fused
 from mediaref.processing.context import ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY
 

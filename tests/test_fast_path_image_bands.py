@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from mediaref.models import _patch_rows
-from mediaref.models import _qwen2_vl_fused as fused
 from mediaref.models.builtin import builtin_model_path
+from mediaref.models.qwen2_vl import _fused as fused
+from mediaref.models.qwen2_vl import _patch_rows
 
 QWEN2_VL = str(builtin_model_path("qwen2_vl"))
 RAW = {"do_rescale": False, "do_normalize": False}

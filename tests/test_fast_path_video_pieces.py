@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from mediaref.media.executor import MEDIA_POOL_THREAD_PREFIX
-from mediaref.models import _qwen2_vl_fused as fused
 from mediaref.models.builtin import builtin_model_path
+from mediaref.models.qwen2_vl import _fused as fused
 
 QWEN2_VL = str(builtin_model_path("qwen2_vl"))
 RAW = {"do_rescale": False, "do_normalize": False}
@@ -206,7 +206,7 @@ def test_from_a_media_pool_thread_a_video_is_not_cut() -> None:
     ids=["shape", "dtype", "strided"],
 )
 def test_patch_rows_refuses_an_out_it_cannot_fill(out: np.ndarray) -> None:
-    from mediaref.models._patch_rows import patch_rows
+    from mediaref.models.qwen2_vl._patch_rows import patch_rows
 
     planes = torch.zeros((2, 3, 28, 28), dtype=torch.uint8)
     with pytest.raises(ValueError, match="out must be"):

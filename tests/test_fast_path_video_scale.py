@@ -29,8 +29,8 @@ from mediaref.media.video._frame_scaling import (
     FrameScaling,
     current_frame_scaling,
 )
-from mediaref.models import _qwen2_vl_approx as approx
 from mediaref.models.builtin import builtin_model_path
+from mediaref.models.qwen2_vl import _approx as approx
 from mediaref.processing.context import ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY
 

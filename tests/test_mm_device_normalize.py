@@ -19,7 +19,7 @@ import torch
 from PIL import Image
 
 from _image_samples import sample_path
-from _processor_fixtures import IMAGE_PROMPT, VIDEO_PROMPT, image_bytes, video_bytes
+from _parity_references import IMAGE_PROMPT, VIDEO_PROMPT, image_bytes, video_bytes
 from mediaref.inputs import MultiModalInputs
 from mediaref.media.image import ImageMediaIO
 from mediaref.models.builtin import builtin_model_path

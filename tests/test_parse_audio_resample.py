@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from mediaref.parse._audio import AudioNormalizer, AudioResampler, normalize_audio_channels
+from mediaref.audio import AudioResampler
+from mediaref.audio._normalize import AudioNormalizer, normalize_audio_channels
 
 
 def noise(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
@@ -34,7 +35,7 @@ def test_librosa_method_matches_librosa_resample() -> None:
 def test_resampling_does_not_import_numba() -> None:
     code = (
         "import sys, numpy as np\n"
-        "from mediaref.parse._audio import AudioResampler\n"
+        "from mediaref.audio import AudioResampler\n"
         "x = np.zeros(4410, np.float32)\n"
         "for m in ('librosa', 'scipy'):\n"
         "    AudioResampler(16000, m).resample(x, orig_sr=44100.0)\n"

@@ -1,4 +1,4 @@
-"""The native patch-rows pass (models/_patch_rows_native.c): built, the numpy path's bytes for
+"""The native patch-rows pass (models/qwen2_vl/_patch_rows_native.c): built, the numpy path's bytes for
 every layout it takes, the numpy path for everything else, a clear error for sizes that do not
 fit (never a write out of bounds), and the GIL released while it copies."""
 
@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from _gil import python_progress_during
-from mediaref.models import _patch_rows
+from mediaref.models.qwen2_vl import _patch_rows
 
 try:
-    from mediaref.models import _patch_rows_native as native
+    from mediaref.models.qwen2_vl import _patch_rows_native as native
 except ImportError as exc:  # fails the run: a development install should have it
     raise ImportError(
-        "mediaref.models._patch_rows_native was not built (setup.py builds it where a C "
+        "mediaref.models.qwen2_vl._patch_rows_native was not built (setup.py builds it where a C "
         "compiler is found): reinstall with one, `pip install -e '.[test]'`"
     ) from exc
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from mediaref.media.image.pillow_storage import rgbx_view
-from mediaref.models._patch_rows import resize_frames, rgb_pixels, to_planes
+from mediaref.models.qwen2_vl._patch_rows import resize_frames, rgb_pixels, to_planes
 
 
 def noise_image(width: int, height: int, seed: int = 0, mode: str = "RGB") -> Image.Image:

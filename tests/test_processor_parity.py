@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _processor_fixtures import (
+from _parity_references import (
     AUDIO_NAMES,
     AUDIO_PROMPT,
     AUDIO_SAMPLE_RATE,

@@ -20,13 +20,13 @@ from transformers import PreTrainedTokenizerFast
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import PlaceholderRange
-from mediaref.processing._prompt_codec import PromptCodec
-from mediaref.processing._prompt_matching import (
+from mediaref.processing._prompt.codec import PromptCodec
+from mediaref.processing._prompt.matching import (
     OccurrenceScanner,
     iter_disjoint_occurrences,
     iter_occurrences,
 )
-from mediaref.processing._prompt_placement import locate_placeholders, place_updates
+from mediaref.processing._prompt.placement import locate_placeholders, place_updates
 from mediaref.processing.prompt_updates import (
     PromptIndexTargets,
     PromptInsertion,

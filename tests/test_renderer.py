@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from _lazy_fixtures import (
+from _instrumented_decoding import (
     CORRUPT_IMAGE,
     IMAGE_PROMPT,
     WAIT_S,

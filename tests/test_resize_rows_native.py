@@ -1,4 +1,4 @@
-"""The native resize + patch rows pass (models/_aa_resize.c through _patch_rows_native.c): torch's
+"""The native resize + patch rows pass (models/qwen2_vl/_aa_resize.c through _patch_rows_native.c): torch's
 uint8 antialiased bicubic resize then the rows, byte for byte, for any sizes, layouts, frame
 counts and cuts into blocks, with the vector loops and without; used by the fused path exactly
 where it gives torch's bytes; a clear error for sizes that do not fit (never a read or write out
@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _gil import python_progress_during
-from mediaref.models import _patch_rows
-from mediaref.models import _patch_rows_native as native
+from mediaref.models.qwen2_vl import _patch_rows
+from mediaref.models.qwen2_vl import _patch_rows_native as native
 
 BEST_LEVEL = native.simd_level()
 LEVELS = {0: "plain", 1: "avx2", 2: "avx512"}
@@ -206,7 +206,7 @@ def test_a_native_resize_that_differs_from_torch_is_not_used(
 
 
 def test_the_setting_turns_the_native_resize_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mediaref.models import _qwen2_vl_fused as fused
+    from mediaref.models.qwen2_vl import _fused as fused
 
     if not _patch_rows.resize_in_rows():
         pytest.skip("the native resize does not give torch's bytes here")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from mediaref.models import _scratch_buffers as scratch
+from mediaref.models.qwen2_vl import _scratch_buffers as scratch
 
 
 @pytest.fixture(autouse=True)
@@ -91,8 +91,8 @@ def test_the_fused_path_returns_what_it_leased(monkeypatch: pytest.MonkeyPatch) 
 
     from transformers import AutoImageProcessor
 
-    from mediaref.models import _qwen2_vl_fused as fused
     from mediaref.models.builtin import builtin_model_path
+    from mediaref.models.qwen2_vl import _fused as fused
 
     processor = AutoImageProcessor.from_pretrained(str(builtin_model_path("qwen2_vl")))
     settings = fused.image_settings(processor, {"do_rescale": False, "do_normalize": False})
@@ -136,8 +136,8 @@ def test_the_native_resize_leases_nothing(monkeypatch: pytest.MonkeyPatch) -> No
 
     from transformers import AutoImageProcessor, AutoVideoProcessor
 
-    from mediaref.models import _qwen2_vl_fused as fused
     from mediaref.models.builtin import builtin_model_path
+    from mediaref.models.qwen2_vl import _fused as fused
 
     path = str(builtin_model_path("qwen2_vl"))
     raw = {"do_rescale": False, "do_normalize": False}

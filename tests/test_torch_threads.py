@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 import torch
 
-from _lazy_fixtures import (
+from _instrumented_decoding import (
     image_bytes,
     image_prompt,
     instrumented_ref,

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from mediaref.media.video._frame_collector import FrameCollector
-from mediaref.media.video._frame_rgb import SWSCALE_ONE_THREAD
-from mediaref.media.video._frame_scaling import FrameScaling
+from mediaref.media.video._frame_scaling import SWSCALE_ONE_THREAD, FrameScaling
 
 PYAV_TAKES_THREADS = int(av.__version__.split(".")[0]) >= 17
 

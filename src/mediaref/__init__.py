@@ -4,16 +4,17 @@ Fetched media travels as a :class:`MediaRef` — encoded bytes, a sha256 key der
 without decoding, and a memoized decode — so a processor-cache hit never pays for a decode and
 misses decode in parallel. The names below are the ones a user reaches for first; each lives in
 the module the architecture map names (``mediaref.media.base``, ``mediaref.media.connector``, ...)
-and is imported from there on first use, so ``import mediaref`` stays cheap. vLLM's
-``vllm.multimodal`` front door (``MULTIMODAL_REGISTRY``, ``MultiModalRegistry``,
-``MultiModalHasher``, ``MultiModalKwargsItems``, ``NestedTensors``, ``BatchedTensorInputs``) is
-all here.
+and is imported from there on first use (:func:`mediaref.media.reexports.lazy_exports`), so
+``import mediaref`` stays cheap. vLLM's ``vllm.multimodal`` front door (``MULTIMODAL_REGISTRY``,
+``MultiModalRegistry``, ``MultiModalHasher``, ``MultiModalKwargsItems``, ``NestedTensors``,
+``BatchedTensorInputs``) is all here.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mediaref.media.reexports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -76,17 +77,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mediaref' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this hook
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 if TYPE_CHECKING:

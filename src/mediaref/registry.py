@@ -13,41 +13,43 @@ mediaref's built-in families register under the HF ``model_type`` instead
 built-in families in :mod:`mediaref.models` are imported on the first lookup rather than at
 ``import mediaref``, so importing the package stays cheap.
 
-The registry sits below processing: the factories it holds are opaque callables, and the
-processing context it hands them comes from the model config
-(``ModelConfig.create_processing_context``).
+The registry sits above processing, as vLLM's does: it builds a model's processing context and
+hands it to the registered factories, and gives each request a processing
+:class:`~mediaref.processing.context.TimingContext` (:class:`MultiModalTimingRegistry`;
+``TimingContext`` is re-exported here, where vLLM's registry imports it). On import it tells
+:class:`~mediaref.processing.context.ModelConfig` how to learn whether a model's family supports
+``mm_device_do_normalize`` (:meth:`MultiModalRegistry.supports_mm_device_do_normalize`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import logging
 import threading
-import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from mediaref.exceptions import VLLMValidationError
+from mediaref.processing import (
+    BaseDummyInputsBuilder,
+    BaseMultiModalProcessor,
+    BaseProcessingInfo,
+    InputProcessingContext,
+    TimingContext,
+)
+from mediaref.processing.context import ModelConfig, set_device_normalize_support
 
 if TYPE_CHECKING:
     from mediaref.cache import BaseMultiModalProcessorCache
-    from mediaref.processing.context import (
-        BaseProcessingInfo,
-        InputProcessingContext,
-        ModelConfig,
-    )
-    from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
-    from mediaref.processing.processor import BaseMultiModalProcessor
 
 logger = logging.getLogger(__name__)
 
 N = TypeVar("N", bound=type)
-_I = TypeVar("_I", bound="BaseProcessingInfo")
-_I_co = TypeVar("_I_co", bound="BaseProcessingInfo", covariant=True)
+_I = TypeVar("_I", bound=BaseProcessingInfo)
+_I_co = TypeVar("_I_co", bound=BaseProcessingInfo, covariant=True)
 
 _BUILTIN_FAMILY_MODULES = (
     "mediaref.models.qwen2_vl",
@@ -57,49 +59,6 @@ _BUILTIN_FAMILY_MODULES = (
 
 
 # -- stage timings -------------------------------------------------------------------------------
-
-
-class _StageTimer:
-    """Adds a block's wall time to one stage of a :class:`TimingContext`."""
-
-    __slots__ = ("_stage", "_stage_secs", "_start")
-
-    def __init__(self, stage_secs: dict[str, float], stage: str) -> None:
-        self._stage_secs, self._stage, self._start = stage_secs, stage, 0.0
-
-    def __enter__(self) -> None:
-        self._start = time.perf_counter()
-
-    def __exit__(self, *exc_info: object) -> None:
-        elapsed = time.perf_counter() - self._start
-        self._stage_secs[self._stage] = self._stage_secs.get(self._stage, 0.0) + elapsed
-
-
-_NOT_TIMED = contextlib.nullcontext()
-
-
-@dataclass
-class TimingContext:
-    """Seconds spent per processing stage of one request (recording is a no-op when disabled)."""
-
-    enabled: bool = True
-    stage_secs: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def total_secs(self) -> float:
-        return sum(self.stage_secs.values())
-
-    def record(self, stage: str) -> contextlib.AbstractContextManager[None]:
-        """Add the block's wall time to ``stage`` (stages repeat: their times add up)."""
-        if not self.enabled:
-            return _NOT_TIMED  # every request passes here several times: no generator frame
-        return _StageTimer(self.stage_secs, stage)
-
-    def get_stats_dict(self) -> dict[str, float]:
-        """``{"<stage>_secs": ..., "preprocessor_total_secs": ...}``."""
-        stats = {f"{stage}_secs": secs for stage, secs in self.stage_secs.items()}
-        stats["preprocessor_total_secs"] = self.total_secs
-        return stats
 
 
 _MAX_PENDING_TIMINGS = 1 << 16
@@ -321,7 +280,9 @@ class MultiModalRegistry:
     def _create_processing_ctx(
         self, model_config: ModelConfig, tokenizer: Any | None = None
     ) -> InputProcessingContext:
-        return model_config.create_processing_context(tokenizer)
+        if tokenizer is None:  # the context's default: the model's own (unless skipped)
+            return InputProcessingContext(model_config)
+        return InputProcessingContext(model_config, tokenizer)
 
     def get_processing_info(self, model_config: ModelConfig) -> BaseProcessingInfo:
         """The model's processing info, over a new context that loads the model's files."""
@@ -355,6 +316,8 @@ class MultiModalRegistry:
 
 MULTIMODAL_REGISTRY = MultiModalRegistry(_BUILTIN_FAMILY_MODULES)
 """The process-wide registry the built-in families register with."""
+
+set_device_normalize_support(MULTIMODAL_REGISTRY.supports_mm_device_do_normalize)
 
 __all__ = [
     "MULTIMODAL_REGISTRY",

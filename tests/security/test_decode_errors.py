@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from _image_samples import encode, gradient_rgb
-from _lazy_fixtures import image_bytes, image_prompt, make_processor
+from _instrumented_decoding import image_bytes, image_prompt, make_processor
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
 from mediaref.media.base import DecodeSpec, MediaRef
 from mediaref.media.decode import (

@@ -16,7 +16,7 @@ from PIL import Image
 
 from _http_server import MediaServer
 from _image_samples import encode
-from _lazy_fixtures import IMAGE_PROMPT, make_processor
+from _instrumented_decoding import IMAGE_PROMPT, make_processor
 from mediaref.exceptions import VLLMValidationError
 from mediaref.parse import MultiModalDataParser
 

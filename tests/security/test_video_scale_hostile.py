@@ -17,7 +17,7 @@ from _video_samples import make_black_clip, make_clip
 from mediaref.exceptions import MediaTooLargeError
 from mediaref.media.image import ImageMediaIO
 from mediaref.media.video import VideoMediaIO
-from mediaref.models._qwen2_vl_approx import smart_resize_scaling
+from mediaref.models.qwen2_vl._approx import smart_resize_scaling
 
 MiB = 1 << 20
 SCALING = smart_resize_scaling(factor=28, min_pixels=56 * 56, max_pixels=64 * 28 * 28)

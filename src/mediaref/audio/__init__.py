@@ -1,24 +1,24 @@
-"""Audio helpers at vLLM's public path ``vllm.multimodal.audio``: the one implementation.
+"""Audio helpers at vLLM's public path ``vllm.multimodal.audio``: the one home of audio samples.
 
-The parse layer normalizes audio items with these (channel reduction and resampling to the
-model's rate, mapped onto fetched refs), and the decoders' ``load_audio`` helpers resample with
-them, so a caller of these functions gets what processing gets.
+What is done to decoded samples (channels, rate, splitting) lives in this package: the parser's
+audio transform is its :class:`AudioNormalizer`, and the decoders' ``load_audio`` helpers
+resample with it, so a caller of these functions gets what processing gets. Turning encoded bytes
+into samples (backends, caps, ``AudioMediaIO``) is :mod:`mediaref.media.audio`'s; the decoders
+sit above this package and use it, never the reverse.
 
 - :func:`get_audio_duration`: the length in seconds of ``(samples,)`` or ``(channels, samples)``.
-- Channels: :class:`ChannelReduction`, :class:`AudioSpec`, :data:`MONO_AUDIO_SPEC`,
-  :data:`PASSTHROUGH_AUDIO_SPEC`, :func:`normalize_audio`.
-- Resampling: :class:`AudioResampler` and ``resample_audio_{torchaudio,pyav,scipy,soxr}``
-  (vLLM's methods, ``"torchaudio"`` the default; torchaudio itself is not needed) and
-  mediaref's numba-free ``"librosa"``.
-- Splitting long audio at quiet points: :func:`split_audio`, :func:`find_split_point`.
+- Channels (``_channels``): :class:`ChannelReduction`, :class:`AudioSpec`,
+  :data:`MONO_AUDIO_SPEC`, :data:`PASSTHROUGH_AUDIO_SPEC`, :func:`normalize_audio`.
+- Resampling (``_resample``, ``_sinc``): :class:`AudioResampler` and
+  ``resample_audio_{torchaudio,pyav,scipy,soxr}`` (vLLM's methods, ``"torchaudio"`` the default;
+  torchaudio itself is not needed) and mediaref's numba-free ``"librosa"``.
+- The parser's transform (``_normalize``): :class:`AudioNormalizer`, channels then rate, and the
+  settings that key a ref it is mapped onto (mediaref's).
+- Durations and splitting long audio at quiet points (``_split``): :func:`split_audio`,
+  :func:`find_split_point`.
 """
 
 from __future__ import annotations
-
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
 
 from mediaref.audio._channels import (
     MONO_AUDIO_SPEC,
@@ -27,6 +27,7 @@ from mediaref.audio._channels import (
     ChannelReduction,
     normalize_audio,
 )
+from mediaref.audio._normalize import AudioNormalizer
 from mediaref.audio._resample import (
     RESAMPLE_METHODS,
     AudioResampleMethod,
@@ -37,18 +38,13 @@ from mediaref.audio._resample import (
     resample_audio_soxr,
     resample_audio_torchaudio,
 )
-from mediaref.audio._split import find_split_point, split_audio
-
-
-def get_audio_duration(*, y: npt.NDArray[np.floating[Any]], sr: float = 22050) -> float:
-    """Seconds of audio in ``y`` (time on the last axis) at ``sr`` Hz, as ``librosa.get_duration``."""
-    return float(y.shape[-1]) / sr
-
+from mediaref.audio._split import find_split_point, get_audio_duration, split_audio
 
 __all__ = [
     "MONO_AUDIO_SPEC",
     "PASSTHROUGH_AUDIO_SPEC",
     "RESAMPLE_METHODS",
+    "AudioNormalizer",
     "AudioResampleMethod",
     "AudioResampler",
     "AudioSpec",

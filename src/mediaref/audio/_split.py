@@ -1,4 +1,5 @@
-"""Splitting long mono audio into clips at quiet points, for models with a clip-length limit."""
+"""How long audio is, and splitting long mono audio into clips at quiet points, for models with a
+clip-length limit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.floating[Any]]
+
+
+def get_audio_duration(*, y: FloatArray, sr: float = 22050) -> float:
+    """Seconds of audio in ``y`` (time on the last axis) at ``sr`` Hz, as ``librosa.get_duration``."""
+    return float(y.shape[-1]) / sr
 
 
 def find_split_point(wav: FloatArray, start_idx: int, end_idx: int, min_energy_window: int) -> int:
@@ -66,4 +72,4 @@ def split_audio(
     return clips
 
 
-__all__ = ["find_split_point", "split_audio"]
+__all__ = ["find_split_point", "get_audio_duration", "split_audio"]

@@ -4,13 +4,12 @@ vLLM's ``vllm.multimodal.inputs``. A :class:`~mediaref.media.base.MediaRef` is a
 everywhere a decoded object is: fetched media stays encoded until the processor decides it must
 decode it. The implementation lives in private modules: the item aliases and vision chunks
 (``_items``), nested tensors (``_nested``), placeholder ranges (``_placeholders``), the field
-classes that cut an HF batch into items and merge items back (``_fields``), the per-item kwargs
-and their batching (``_kwargs``) and the engine's per-item feature spec (``_features``).
+classes that cut an HF batch into items and merge items back (``_fields``), and the per-item
+kwargs, their batching and the engine's per-item feature spec (``_kwargs``).
 """
 
 from __future__ import annotations
 
-from mediaref.inputs._features import MultiModalFeatureSpec
 from mediaref.inputs._field_config import MultiModalFieldConfig
 from mediaref.inputs._fields import (
     BaseMultiModalField,
@@ -34,6 +33,7 @@ from mediaref.inputs._items import (
     VisionChunkVideo,
 )
 from mediaref.inputs._kwargs import (
+    MultiModalFeatureSpec,
     MultiModalHashes,
     MultiModalInputs,
     MultiModalKwargsItem,

@@ -1,15 +1,19 @@
-"""Processed multimodal inputs: per-item kwargs, grouped by modality, and their batching.
+"""Processed multimodal inputs: per-item kwargs, grouped by modality, their batching, and the
+engine's view of one item.
 
 The HF processor returns one batch per field; the processor cache works per item. A
 :class:`MultiModalKwargsItem` holds one item's elements (field name -> element), and
 :class:`MultiModalKwargsItems` holds the items of a request by modality, in request order. An item
-is ``None`` where a frontend (sender) cache hit left it to the engine core, which holds it.
+is ``None`` where a frontend (sender) cache hit left it to the engine core, which holds it; the
+engine tracks each item, with its prompt position and cache identities, as a
+:class:`MultiModalFeatureSpec`.
 """
 
 from __future__ import annotations
 
 from collections import UserDict
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypedDict
 
 import torch
@@ -244,7 +248,39 @@ class MultiModalInputs(TypedDict, total=False):
     the processor rescaled and normalized them on the CPU (mediaref addition)."""
 
 
+@dataclass
+class MultiModalFeatureSpec:
+    """A request's item: its processed data, modality, cache identities and prompt position.
+
+    ``data`` is ``None`` when the frontend found the item cached and sent nothing (the engine-core
+    cache fills it in). ``identifier`` keys the encoder-output cache (it may carry a LoRA prefix);
+    ``mm_hash``, when set, keys the processor cache, shared across LoRAs.
+    """
+
+    data: MultiModalKwargsItem | None
+    modality: str
+    identifier: str
+    mm_position: PlaceholderRange
+    mm_hash: str | None = None
+
+    @staticmethod
+    def gather_kwargs(
+        features: list[MultiModalFeatureSpec], keys: set[str]
+    ) -> dict[str, list[NestedTensors]]:
+        """For each of ``keys``, the values the features' items hold, in feature order (features
+        without data, and items without the key, are skipped)."""
+        gathered: dict[str, list[NestedTensors]] = {}
+        for feature in features:
+            if feature.data is None:
+                continue
+            for key in keys:
+                if key in feature.data:
+                    gathered.setdefault(key, []).append(feature.data[key].data)
+        return gathered
+
+
 __all__ = [
+    "MultiModalFeatureSpec",
     "MultiModalHashes",
     "MultiModalInputs",
     "MultiModalKwargsItem",

@@ -1,15 +1,18 @@
 """Fetch and decode: the connector, the decoders, the decoded-bytes budget (vLLM's
 ``vllm.multimodal.media``).
 
-The package re-exports vLLM's names from the modules that hold them, imported on first use:
-``from mediaref.media import MediaConnector`` works, and importing one submodule
-(``mediaref.media.base``, say) does not pull in every decoder's libraries.
+The package re-exports vLLM's names from the modules that hold them, imported on first use
+(:mod:`mediaref.media.reexports`): ``from mediaref.media import MediaConnector`` works, and
+importing one submodule (``mediaref.media.base``, say) does not pull in every decoder's libraries.
+Each modality's decoder is a package here: ``image/``, ``audio/`` and ``video/`` (loaders,
+sampling rules and codecs included).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mediaref.media.reexports import lazy_exports
 
 _EXPORTS = {
     "MediaIO": "mediaref.media.base",
@@ -40,17 +43,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mediaref.media' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this hook
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 if TYPE_CHECKING:

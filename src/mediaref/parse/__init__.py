@@ -5,13 +5,14 @@
   read by hashing, cache-miss selection and byte release, none of which decodes.
 
 The implementation lives in private modules: items (``_items``), video views (``_video``),
-embeddings (``_embeddings``), the parser (``_parser``), client UUIDs (``_uuids``) and audio
-normalization (``_audio``).
+embeddings (``_embeddings``), the parser (``_parser``) and client UUIDs (``_uuids``). Audio
+normalization (channels, then rate) is :mod:`mediaref.audio`'s: :class:`AudioResampler` is
+re-exported here because vLLM's ``parse`` module names it.
 """
 
 from __future__ import annotations
 
-from mediaref.parse._audio import AudioResampler
+from mediaref.audio import AudioResampler
 from mediaref.parse._embeddings import (
     AudioEmbeddingItems,
     DictEmbeddingItems,

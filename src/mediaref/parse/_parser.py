@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from PIL.Image import Image
 
+from mediaref.audio import AudioNormalizer, AudioResampleMethod, AudioResampler
 from mediaref.image import convert_image_mode, normalize_image
 from mediaref.inputs import ModalityData, MultiModalDataDict
 from mediaref.media.base import MediaRef, MediaWithBytes
-from mediaref.parse._audio import AudioNormalizer, AudioResampleMethod, AudioResampler
 from mediaref.parse._embeddings import (
     AudioEmbeddingItems,
     DictEmbeddingItems,

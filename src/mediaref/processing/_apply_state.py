@@ -1,20 +1,27 @@
-"""The state one request carries between the two phases of a cached apply.
+"""One request's processing state, from the refs it owns to the decodes it waits for.
 
-Phase 1 hashes, looks up the cache and submits the misses' decodes; the decodes are drained off
-the processing worker (:meth:`MultiModalApplyState.wait_decodes` or its ``_async`` twin); phase 2
-runs the HF processor. The state owns the refs processing forked for the request
-(``ProcessorInputs.owned_refs``; none for inputs built by hand, whose refs stay the caller's): it
-is a context manager, and closing it drains every submitted decode before releasing them, so no
-payload is freed while a worker thread may still be reading it.
+Processing works on forks of the caller's refs (:func:`fork_media_refs`, made by
+``build_inputs``), so the caller's refs stay usable; a ``ProcessorInputs`` built by hand owns none.
+Phase 1 of a cached apply hashes, looks up the cache and submits the misses' decodes; the decodes
+are drained off the processing worker (:meth:`MultiModalApplyState.wait_decodes` or its ``_async``
+twin); phase 2 runs the HF processor. The state owns the request's forks
+(``ProcessorInputs.owned_refs``): it is a context manager, and closing it drains every submitted
+decode before releasing them, so no payload is freed while a worker thread may still read it.
+
+vLLM's processor hooks take ``(inputs, timing_ctx)``, not a state: :class:`ApplyStates` is how a
+processor finds the state of the inputs phase 2 is running.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mediaref.inputs import MultiModalHashes
+from mediaref.inputs import MultiModalDataDict, MultiModalHashes
 from mediaref.media.base import MediaRef
 from mediaref.media.decode import (
     DecodeErrorFactory,
@@ -25,11 +32,57 @@ from mediaref.media.decode import (
     unprocessable_media_error,
 )
 from mediaref.media.decode_budget import MediaDecodedBudget
-from mediaref.registry import TimingContext
+from mediaref.processing._timing import ApplyTimings, TimingContext
 
 if TYPE_CHECKING:
     from mediaref.parse import MultiModalDataItems
     from mediaref.processing.inputs import ProcessorInputs
+
+_MAX_NESTING = 3  # list -> (ref, metadata) tuple -> ref: deeper structures hold no media items
+
+
+# -- the refs a request owns ----------------------------------------------------------------------
+
+
+def fork_media_refs(mm_data: MultiModalDataDict) -> dict[str, Any]:
+    """``mm_data`` with each ref replaced by a fork that processing owns and may release.
+
+    The caller's refs stay usable: releasing a fork gives up only the fork's hold on the payload.
+    """
+    owned: dict[str, Any] = {}
+    for modality, data in mm_data.items():
+        if isinstance(data, MediaRef):
+            owned[modality] = data.fork()
+        elif isinstance(data, list):
+            owned[modality] = [item.fork() if isinstance(item, MediaRef) else item for item in data]
+        else:
+            owned[modality] = data
+    return owned
+
+
+def release_media_refs(owned: Mapping[str, Any]) -> None:
+    """Release every ref :func:`fork_media_refs` made."""
+    for data in owned.values():
+        for item in data if isinstance(data, list) else [data]:
+            if isinstance(item, MediaRef):
+                item.release()
+
+
+def caller_ref_ids(mm_data: MultiModalDataDict) -> set[int]:
+    """The identities of the refs the caller passed in ``mm_data``, wherever they sit (a list, a
+    ``(ref, metadata)`` tuple): processing must never release one of these."""
+    found: set[int] = set()
+
+    def visit(value: object, depth: int) -> None:
+        if isinstance(value, MediaRef):
+            found.add(id(value))
+        elif depth < _MAX_NESTING and isinstance(value, (list, tuple)):
+            for inner in value:
+                visit(inner, depth + 1)
+
+    for data in mm_data.values():
+        visit(data, 0)
+    return found
 
 
 def owned_refs_of(mm_items: MultiModalDataItems) -> list[MediaRef[Any]]:
@@ -42,36 +95,7 @@ def owned_refs_of(mm_items: MultiModalDataItems) -> list[MediaRef[Any]]:
     ]
 
 
-@dataclass
-class ApplyTimings:
-    """Where one request's processing time went, in seconds."""
-
-    phase1_s: float = 0.0
-    decode_wait_s: float = 0.0
-    phase2_s: float = 0.0
-    hf_processor_s: float = 0.0
-    num_hits: int = 0
-    num_misses: int = 0
-
-    def phase(self, name: str) -> _PhaseTimer:
-        """Add the block's wall time to the ``name`` field (``"phase1_s"``...)."""
-        return _PhaseTimer(self, name)
-
-
-class _PhaseTimer:
-    """A plain context manager (no generator frame: every request enters a few)."""
-
-    __slots__ = ("_name", "_start", "_timings")
-
-    def __init__(self, timings: ApplyTimings, name: str) -> None:
-        self._timings, self._name, self._start = timings, name, 0.0
-
-    def __enter__(self) -> None:
-        self._start = time.perf_counter()
-
-    def __exit__(self, *exc_info: object) -> None:
-        elapsed = time.perf_counter() - self._start
-        setattr(self._timings, self._name, getattr(self._timings, self._name) + elapsed)
+# -- one request between the phases --------------------------------------------------------------
 
 
 @dataclass
@@ -169,4 +193,36 @@ class MultiModalApplyState:
         self.close()
 
 
-__all__ = ["ApplyTimings", "MultiModalApplyState", "owned_refs_of"]
+class ApplyStates:
+    """The states of the requests a processor is running phase 2 for, found by their inputs."""
+
+    def __init__(self) -> None:
+        self._by_inputs: dict[int, MultiModalApplyState] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def running(self, state: MultiModalApplyState) -> Iterator[None]:
+        """Make ``state`` the one :meth:`find` gives for its inputs while the block runs."""
+        key = id(state.inputs)
+        with self._lock:
+            self._by_inputs[key] = state
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._by_inputs.get(key) is state:
+                    del self._by_inputs[key]
+
+    def find(self, inputs: ProcessorInputs) -> MultiModalApplyState | None:
+        with self._lock:
+            return self._by_inputs.get(id(inputs))
+
+
+__all__ = [
+    "ApplyStates",
+    "MultiModalApplyState",
+    "caller_ref_ids",
+    "fork_media_refs",
+    "owned_refs_of",
+    "release_media_refs",
+]

@@ -1,33 +1,66 @@
 """``BaseMultiModalProcessor``: parsed media in, prompt token ids with placeholders and model
-inputs out, serving repeated items from the processor cache (see :mod:`.processor`)."""
+inputs out, serving repeated items from the processor cache (see :mod:`.processor`).
+
+The flow of one request, top to bottom:
+
+1. inputs: :meth:`~BaseMultiModalProcessor.build_inputs` (forks of the caller's refs), the dummy
+   inputs of warmup and profiling, ``__call__``;
+2. the two phases: ``apply_phase1`` (hash, cache lookup, submit the misses' decodes), the decode
+   wait, ``apply_phase2`` (HF processing, then prompt updates); ``apply`` composes them;
+3. HF processing with the cache (``_cached_apply_hf_processor``: what the cache lacks now goes
+   through the HF processor, the rest is merged back) or without it (``_apply_hf_processor``).
+
+The class tops three levels, one per module, each complete over the ones below: the HF call's
+four stages (``_hf_stages``), the prompt updates (``_prompt_stages``), this flow. Every hook keeps
+vLLM's name and signature, so a model file overriding one runs unchanged; the work behind the hooks
+is done by stages with explicit arguments: the request's state between the phases
+(``_apply_state``), the cache lookup and merge (``_cached_apply``), prompt updates (``_prompt``).
+"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
-from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from mediaref.exceptions import VLLMValidationError
-from mediaref.inputs import MultiModalDataDict, MultiModalHashes, MultiModalInputs
+from mediaref.inputs import (
+    MultiModalDataDict,
+    MultiModalHashes,
+    MultiModalInputs,
+    MultiModalKwargsItems,
+    build_kwargs_items,
+)
 from mediaref.parse import MultiModalDataItems, MultiModalDataParser
-from mediaref.processing._apply_state import MultiModalApplyState, owned_refs_of
-from mediaref.processing._cached_apply import CachedApplyStages
-from mediaref.processing._fast_encode import cached_encode, encode_text
-from mediaref.processing._hf_stages import HfProcessorStages
+from mediaref.processing._apply_state import (
+    ApplyStates,
+    MultiModalApplyState,
+    caller_ref_ids,
+    fork_media_refs,
+    owned_refs_of,
+    release_media_refs,
+)
+from mediaref.processing._cached_apply import (
+    cache_hits,
+    merge_with_cache,
+    missing_indices,
+    refuse_uuid_only_misses,
+)
+from mediaref.processing._fast_encode import cached_encode
 from mediaref.processing._prompt_stages import MultiModalProcessingResult, PromptUpdateStages
-from mediaref.processing._ref_ownership import caller_ref_ids, fork_media_refs, release_media_refs
 from mediaref.processing.context import BaseProcessingInfo, TimingContext
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder, BaseDummyOptions
-from mediaref.processing.inputs import MultiModalUUIDItems, ProcessorInputs, uuid_items_from
+from mediaref.processing.inputs import (
+    MultiModalUUIDItems,
+    ProcessorInputs,
+    uuid_items_from,
+    validate_mm_uuids,
+)
+from mediaref.processing.prompt_updates import MultiModalIsCached, MultiModalPromptUpdates
 
 if TYPE_CHECKING:
-    from transformers import BatchFeature
-
     from mediaref.cache import BaseMultiModalProcessorCache
-    from mediaref.inputs import MultiModalFieldConfig, MultiModalUUIDDict
+    from mediaref.inputs import MultiModalUUIDDict
 
 # Logged under the public module, where users look for the processor.
 logger = logging.getLogger("mediaref.processing.processor")
@@ -38,9 +71,7 @@ _TWO_PHASE_METHODS = ("apply", "_cached_apply_hf_processor", "_apply_hf_processo
 _logged_blocking_fallback: set[type] = set()
 
 
-class BaseMultiModalProcessor(
-    CachedApplyStages[_I], PromptUpdateStages[_I], HfProcessorStages[_I], ABC
-):
+class BaseMultiModalProcessor(PromptUpdateStages[_I]):
     """Turns parsed multimodal items into model inputs, serving repeated items from a cache.
 
     A model family subclasses this and supplies :meth:`_get_mm_fields_config` (how the HF output
@@ -61,26 +92,18 @@ class BaseMultiModalProcessor(
                 f"{type(self).__name__} requires a tokenizer and cannot be initialized when "
                 "`skip_tokenizer_init=True`. Disable `--skip-tokenizer-init`."
             )
-        self.info = info
-        self.dummy_inputs = dummy_inputs
+        super().__init__(info, dummy_inputs)
         self.cache = cache
         """The cache :meth:`build_inputs` hands its inputs (mediaref; vLLM's callers put the
         cache in ``ProcessorInputs.cache``)."""
-        self._states: dict[int, MultiModalApplyState] = {}
-        self._states_lock = threading.Lock()
+        self._states = ApplyStates()
 
     @property
     def data_parser(self) -> MultiModalDataParser:
         """The model's parser (the processing info's, built on first use)."""
         return self.info.data_parser
 
-    @abstractmethod
-    def _get_mm_fields_config(
-        self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]
-    ) -> Mapping[str, MultiModalFieldConfig]:
-        """How each HF output field batches its items."""
-
-    # -- inputs ----------------------------------------------------------------------------
+    # -- 1. inputs -------------------------------------------------------------------------
 
     def build_inputs(
         self,
@@ -176,7 +199,7 @@ class BaseMultiModalProcessor(
         )
         return self.apply(inputs, TimingContext(enabled=False))
 
-    # -- the two phases --------------------------------------------------------------------
+    # -- 2. the two phases -----------------------------------------------------------------
 
     @property
     def supports_two_phase_apply(self) -> bool:
@@ -207,16 +230,17 @@ class BaseMultiModalProcessor(
         try:
             with state.timings.phase("phase1_s"):
                 if state.use_cache:
+                    assert inputs.cache is not None
                     with state.timing_ctx.record("get_mm_hashes"):
                         state.mm_hashes = self._get_mm_hashes(inputs)
                     with state.timing_ctx.record("get_cache_missing_items"):
-                        misses = self._find_misses(inputs, state.mm_hashes)
+                        misses = missing_indices(cache_hits(inputs.cache, state.mm_hashes))
                 else:
                     counts = inputs.mm_data_items.get_all_counts()
                     misses = {m: list(range(c)) for m, c in counts.items()}
                 # Nothing can stand in for an item sent as a UUID only that the cache lacks:
                 # refuse before decoding its siblings.
-                self._check_uuid_only_misses(inputs, misses)
+                refuse_uuid_only_misses(inputs.mm_data_items, misses)
                 for modality, indices in misses.items():
                     state.submit_decodes(modality, indices)
         except BaseException:
@@ -227,7 +251,7 @@ class BaseMultiModalProcessor(
     def apply_phase2(self, state: MultiModalApplyState) -> MultiModalInputs:
         """Run the HF processor on what the cache lacks now, merge, and apply prompt updates."""
         inputs, timing_ctx = state.inputs, state.timing_ctx
-        with state.timings.phase("phase2_s"), self._running(state):
+        with state.timings.phase("phase2_s"), self._states.running(state):
             if state.use_cache:
                 result = self._cached_apply_hf_processor(inputs, timing_ctx)
             else:
@@ -260,75 +284,129 @@ class BaseMultiModalProcessor(
             state.wait_decodes()
             return self.apply_phase2(state)
 
-    # -- the state behind vLLM's (inputs, timing_ctx) hooks --------------------------------
-
-    @contextlib.contextmanager
-    def _running(self, state: MultiModalApplyState) -> Iterator[None]:
-        """Make ``state`` the one the hooks find for its inputs while phase 2 runs."""
-        key = id(state.inputs)
-        with self._states_lock:
-            self._states[key] = state
-        try:
-            yield
-        finally:
-            with self._states_lock:
-                if self._states.get(key) is state:
-                    del self._states[key]
-
-    def _state_for(self, inputs: ProcessorInputs) -> MultiModalApplyState | None:
-        with self._states_lock:
-            return self._states.get(id(inputs))
-
-    @contextlib.contextmanager
+    @contextmanager
     def _standalone_state(
         self, inputs: ProcessorInputs, timing_ctx: TimingContext
     ) -> Iterator[MultiModalApplyState]:
-        """A hook called outside :meth:`apply` (by a model's override, say) runs phase 1 itself."""
-        with self.apply_phase1(inputs, timing_ctx) as state, self._running(state):
+        """A hook called outside :meth:`apply` (by a model's override, say) runs phase 1 and the
+        decode wait itself."""
+        with self.apply_phase1(inputs, timing_ctx) as state, self._states.running(state):
             state.wait_decodes()
             yield state
+
+    # -- 3. HF processing, with and without the cache --------------------------------------
+
+    def _cached_apply_hf_processor(
+        self, inputs: ProcessorInputs, timing_ctx: TimingContext
+    ) -> MultiModalProcessingResult:
+        """Process only what the cache lacks *now*, then merge it with the cached items."""
+        state = self._states.find(inputs)
+        if state is None:
+            with self._standalone_state(inputs, timing_ctx):
+                return self._cached_apply_hf_processor(inputs, timing_ctx)
+        if not state.use_cache or inputs.cache is None:
+            return self._apply_hf_processor(inputs, timing_ctx)
+        if state.mm_hashes is None:
+            with timing_ctx.record("get_mm_hashes"):
+                state.mm_hashes = self._get_mm_hashes(inputs)
+        mm_hashes = state.mm_hashes
+        with timing_ctx.record("get_cache_missing_items"):
+            is_cached, miss_items = self._get_cache_missing_items(
+                inputs.cache, inputs.mm_data_items, mm_hashes
+            )
+        misses = missing_indices(is_cached)
+        refuse_uuid_only_misses(inputs.mm_data_items, misses)
+        for modality, indices in misses.items():
+            state.submit_decodes(modality, indices)  # hits evicted since phase 1
+        state.wait_decodes()  # only the late decodes; phase 1's were drained before phase 2
+
+        num_misses = sum(len(indices) for indices in misses.values())
+        if num_misses:
+            hf_kwargs = self._get_cache_missing_processor_kwargs(inputs, is_cached)
+            miss_kwargs, miss_updates = self._process_items(state, miss_items, hf_kwargs)
+        else:  # all hits: no HF call, no field or prompt-update construction
+            miss_kwargs, miss_updates = MultiModalKwargsItems(), {}
+        with timing_ctx.record("merge_mm_kwargs"):
+            mm_kwargs, mm_updates = self._merge_mm_kwargs(
+                inputs.cache, mm_hashes, is_cached, miss_kwargs, miss_updates
+            )
+        state.timings.num_misses = num_misses
+        state.timings.num_hits = sum(len(h) for h in mm_hashes.values()) - num_misses
+        return MultiModalProcessingResult(
+            self._tokenize_prompt(inputs), mm_kwargs, mm_hashes, mm_updates
+        )
+
+    def _apply_hf_processor(
+        self, inputs: ProcessorInputs, timing_ctx: TimingContext
+    ) -> MultiModalProcessingResult:
+        """The uncached path: every item through the HF processor, hashes computed afterwards."""
+        state = self._states.find(inputs)
+        if state is None:
+            with self._standalone_state(inputs, timing_ctx):
+                return self._apply_hf_processor(inputs, timing_ctx)
+        state.timings.num_misses = sum(inputs.mm_data_items.get_all_counts().values())
+        mm_kwargs, mm_updates = self._process_items(
+            state, inputs.mm_data_items, inputs.hf_processor_mm_kwargs
+        )
+        with timing_ctx.record("get_mm_hashes"):
+            mm_hashes = self._get_mm_hashes(inputs)
+        return MultiModalProcessingResult(
+            self._tokenize_prompt(inputs), mm_kwargs, mm_hashes, mm_updates
+        )
+
+    def _process_items(
+        self,
+        state: MultiModalApplyState,
+        mm_items: MultiModalDataItems,
+        hf_kwargs: Mapping[str, object],
+    ) -> tuple[MultiModalKwargsItems, MultiModalPromptUpdates]:
+        """HF-process ``mm_items``; their per-item model inputs and resolved prompt updates."""
+        with state.timings.phase("hf_processor_s"), state.timing_ctx.record("apply_hf_processor"):
+            processed = self._apply_hf_processor_main(mm_items, hf_kwargs)
+        fields = self._get_mm_fields_config(processed, hf_kwargs)
+        kwargs_items = build_kwargs_items(processed, fields)
+        return kwargs_items, self._get_mm_prompt_updates(mm_items, hf_kwargs, kwargs_items)
 
     def _get_mm_hashes(self, inputs: ProcessorInputs) -> MultiModalHashes:
         """Each item's processor and encoder cache identity."""
         algorithm = self.info.ctx.get_mm_config().mm_hasher_algorithm
         return inputs.get_mm_hashes(self.info.model_id, algorithm)
 
-    def _tokenize_prompt(self, inputs: ProcessorInputs) -> list[int]:
-        if isinstance(inputs.prompt, str):
-            tokenizer = self.info.get_tokenizer()
-            token_ids = encode_text(tokenizer, inputs.prompt, **inputs.tokenization_kwargs)
-        else:
-            token_ids = list(inputs.prompt)
-        return self._postprocess_prompt(token_ids)
+    def _get_cache_missing_items(
+        self,
+        cache: BaseMultiModalProcessorCache,
+        mm_data_items: MultiModalDataItems,
+        mm_hashes: MultiModalHashes,
+    ) -> tuple[MultiModalIsCached, MultiModalDataItems]:
+        """Which items the cache holds, and the others, selected without re-parsing them (each
+        keeps its ref, decode transforms and request index)."""
+        is_cached = cache_hits(cache, mm_hashes)
+        missing = {m: indices for m, indices in missing_indices(is_cached).items() if indices}
+        return is_cached, mm_data_items.select(missing)
 
-    @staticmethod
-    def _check_uuid_only_misses(inputs: ProcessorInputs, misses: Mapping[str, list[int]]) -> None:
-        for modality, indices in misses.items():
-            items = inputs.mm_data_items[modality]
-            for index in indices:
-                if items.get_raw(index) is None:
-                    raise VLLMValidationError(
-                        f"{modality} item {items.get_original_index(index)} was sent as a UUID only "
-                        "and is not in the processor cache; send the media itself",
-                        parameter=modality,
-                    )
+    def _get_cache_missing_processor_kwargs(
+        self, inputs: ProcessorInputs, mm_is_cached: MultiModalIsCached
+    ) -> Mapping[str, object]:
+        """The processor kwargs for the items missing from the cache."""
+        return inputs.hf_processor_mm_kwargs
+
+    def _merge_mm_kwargs(
+        self,
+        cache: BaseMultiModalProcessorCache,
+        mm_hashes: MultiModalHashes,
+        mm_is_cached: MultiModalIsCached,
+        mm_missing_kwargs: MultiModalKwargsItems,
+        mm_missing_prompt_updates: MultiModalPromptUpdates,
+    ) -> tuple[MultiModalKwargsItems, MultiModalPromptUpdates]:
+        """Every item's kwargs and updates in request order (see :func:`merge_with_cache`)."""
+        return merge_with_cache(
+            cache,
+            mm_hashes,
+            mm_is_cached,
+            mm_missing_kwargs,
+            mm_missing_prompt_updates,
+            self._recompute_cached_prompt_update,
+        )
 
 
-def validate_mm_uuids(mm_items: MultiModalDataItems, mm_uuid_items: MultiModalUUIDItems) -> None:
-    """Client UUIDs, where given, come one per item of a modality the request has."""
-    counts = mm_items.get_all_counts()
-    for modality, uuids in mm_uuid_items.items():
-        if modality not in counts:
-            raise VLLMValidationError(
-                f"multi_modal_uuids[{modality!r}] is given but the request has no {modality} items",
-                parameter="multi_modal_uuids",
-            )
-        if len(uuids) != counts[modality]:
-            raise VLLMValidationError(
-                f"multi_modal_uuids[{modality!r}] has {len(uuids)} entries for "
-                f"{counts[modality]} {modality} item(s)",
-                parameter="multi_modal_uuids",
-            )
-
-
-__all__ = ["BaseMultiModalProcessor", "MultiModalProcessingResult", "validate_mm_uuids"]
+__all__ = ["BaseMultiModalProcessor", "MultiModalProcessingResult"]

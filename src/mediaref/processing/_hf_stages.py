@@ -9,21 +9,26 @@
    creating an empty output when nothing went through the processor, then runs
 4. :meth:`HfProcessorStages._postprocess_hf_mm_data`, the model-specific output transform.
 
-:meth:`HfProcessorStages._apply_hf_processor_main` composes them. Most models override one stage.
+:meth:`HfProcessorStages._apply_hf_processor_main` composes them, and the model's
+``_get_mm_fields_config`` says how the output splits into items. Most models override one stage.
+This class is the first of the processor's three levels (then ``_prompt_stages``, then
+``_base_processor``, each complete over the ones below): it needs nothing from the levels above.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from mediaref.processing.context import BaseProcessingInfo
+from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 
 if TYPE_CHECKING:
     from transformers import BatchFeature
 
+    from mediaref.inputs import MultiModalFieldConfig
     from mediaref.parse import MultiModalDataItems
-    from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 
 _I = TypeVar("_I", bound=BaseProcessingInfo)
 
@@ -41,11 +46,12 @@ class HFMultiModalInputs(NamedTuple):
     """Fields put into the output as they are (precomputed embeddings)."""
 
 
-class HfProcessorStages(Generic[_I]):
-    """The HF-call half of a multimodal processor (see the module docstring for the stages)."""
+class HfProcessorStages(ABC, Generic[_I]):
+    """The HF call of a multimodal processor (see the module docstring for the stages)."""
 
-    info: _I
-    dummy_inputs: BaseDummyInputsBuilder[_I]
+    def __init__(self, info: _I, dummy_inputs: BaseDummyInputsBuilder[_I]) -> None:
+        self.info = info
+        self.dummy_inputs = dummy_inputs
 
     def _get_hf_mm_text(self, mm_counts: Mapping[str, int]) -> str | None:
         """The text to call the HF processor with: none by default. A family whose HF processor
@@ -119,6 +125,12 @@ class HfProcessorStages(Generic[_I]):
         hf_data, hf_kwargs, passthrough_data = self._get_hf_mm_inputs(mm_items, hf_kwargs)
         processed = self._call_hf_processor(hf_data, hf_kwargs) if hf_data else None
         return self._finalize_hf_mm_data(hf_data, hf_kwargs, passthrough_data, processed)
+
+    @abstractmethod
+    def _get_mm_fields_config(
+        self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]
+    ) -> Mapping[str, MultiModalFieldConfig]:
+        """How each HF output field batches its items."""
 
 
 __all__ = ["HFMultiModalInputs", "HfProcessorStages"]

@@ -4,6 +4,11 @@
 options, flat. :attr:`ModelConfig.multimodal_config` presents the options as vLLM's
 ``MultiModalConfig`` (:class:`MultiModalConfig`), and ``hf_config`` /
 ``hf_image_processor_config`` load the directory's files once, offline.
+
+One resolved option depends on the model's registered family: ``mm_device_do_normalize`` defaults
+to what the family supports. Only the registry, which sits above processing, knows the families;
+it installs its answer here when it is imported (:func:`set_device_normalize_support`), as vLLM's
+config reads its model registry.
 """
 
 from __future__ import annotations
@@ -11,19 +16,16 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from mediaref.processing._dummy_options import MultiModalDummyOptions, dummy_options_from
 from mediaref.processing._mm_kwargs import merge_mm_processor_kwargs
-
-if TYPE_CHECKING:
-    from mediaref.processing._input_context import InputProcessingContext
 
 logger = logging.getLogger(__name__)
 
@@ -197,16 +199,6 @@ class ModelConfig:
             raise ValueError(f"config.json of {self.model} names no hidden size")
         return int(value)
 
-    def create_processing_context(self, tokenizer: Any | None = None) -> InputProcessingContext:
-        """A processing context over this model (``tokenizer``: None loads the model's own,
-        unless ``skip_tokenizer_init``). The registry builds contexts through this, so it needs
-        no import of processing."""
-        from mediaref.processing._input_context import InputProcessingContext
-
-        if tokenizer is None:
-            return InputProcessingContext(self)
-        return InputProcessingContext(self, tokenizer)
-
     # -- multimodal options --------------------------------------------------------------------
 
     @cached_property
@@ -261,16 +253,45 @@ class ModelConfig:
         """
         resolved = self.__dict__.get("_resolved_mm_device_do_normalize")
         if resolved is None:
-            resolved = self.resolve_mm_device_do_normalize(_family_supports_device_normalize(self))
+            lookup = _device_normalize_support
+            if lookup is None:
+                # Not memoized: once the registry is imported, the family's answer counts.
+                return self.resolve_mm_device_do_normalize(_no_family_known())
+            resolved = self.resolve_mm_device_do_normalize(lookup(self))
             object.__setattr__(self, "_resolved_mm_device_do_normalize", resolved)
         return bool(resolved)
 
 
-def _family_supports_device_normalize(model_config: ModelConfig) -> bool:
-    # The registry sits below processing: it knows the families without importing processing.
-    from mediaref.registry import MULTIMODAL_REGISTRY
+DeviceNormalizeSupport = Callable[[ModelConfig], bool]
+"""Whether the family registered for a model can leave rescale + normalize to the device."""
 
-    return MULTIMODAL_REGISTRY.supports_mm_device_do_normalize(model_config)
+_device_normalize_support: DeviceNormalizeSupport | None = None
+_warned_no_registry = False
 
 
-__all__ = ["ModelConfig", "MultiModalConfig", "device_normalize_kwargs"]
+def set_device_normalize_support(lookup: DeviceNormalizeSupport) -> None:
+    """Install how a :class:`ModelConfig` learns whether its family supports
+    ``mm_device_do_normalize``. The registry installs its own lookup when it is imported: it sits
+    above processing, so processing cannot ask it."""
+    global _device_normalize_support
+    _device_normalize_support = lookup
+
+
+def _no_family_known() -> bool:
+    global _warned_no_registry
+    if not _warned_no_registry:
+        _warned_no_registry = True
+        logger.warning(
+            "mm_device_do_normalize is resolved before mediaref.registry was imported: no model "
+            "family is known, so the default is off. Import mediaref.registry first."
+        )
+    return False
+
+
+__all__ = [
+    "DeviceNormalizeSupport",
+    "ModelConfig",
+    "MultiModalConfig",
+    "device_normalize_kwargs",
+    "set_device_normalize_support",
+]

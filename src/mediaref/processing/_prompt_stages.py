@@ -1,8 +1,10 @@
-"""The prompt half of a multimodal processor: resolving a model's prompt updates per item,
-applying them to the prompt's token ids, and checking that every item found its place.
+"""The prompt half of a multimodal processor: the model's prompt updates resolved per item,
+applied to the prompt's token ids, and checked so that every item found its place.
 
 The hooks keep vLLM's names and signatures, so a model file overriding one (say
-``_postprocess_prompt`` or ``_recompute_cached_prompt_update``) runs unchanged.
+``_postprocess_prompt`` or ``_recompute_cached_prompt_update``) runs unchanged; the work is done by
+the prompt-update package (:mod:`mediaref.processing._prompt`). This is the processor's second
+level: it builds on the HF stages (``_hf_stages``) and needs nothing from the class above it.
 """
 
 from __future__ import annotations
@@ -10,19 +12,25 @@ from __future__ import annotations
 import dataclasses
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Generic, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 from mediaref.inputs import MultiModalHashes, MultiModalKwargsItems
 from mediaref.parse import MultiModalDataItems
-from mediaref.processing._prompt_codec import TokenizerLike
+from mediaref.processing._fast_encode import encode_text
+from mediaref.processing._hf_stages import HfProcessorStages
+from mediaref.processing._prompt.apply import (
+    apply_prompt_updates_with_placeholders,
+    check_item_counts,
+)
 from mediaref.processing.context import BaseProcessingInfo
+from mediaref.processing.inputs import ProcessorInputs
 from mediaref.processing.prompt_updates import (
     MultiModalPromptUpdates,
     MultiModalPromptUpdatesApplyResult,
     PlaceholderFeaturesInfo,
     PromptUpdate,
     ResolvedPromptUpdate,
-    apply_prompt_updates_with_placeholders,
+    TokenizerLike,
     apply_token_matches,
     find_mm_placeholders,
     resolve_prompt_updates,
@@ -41,10 +49,8 @@ class MultiModalProcessingResult(NamedTuple):
     prompt_updates: MultiModalPromptUpdates
 
 
-class PromptUpdateStages(Generic[_I]):
+class PromptUpdateStages(HfProcessorStages[_I]):
     """Prompt updates: declared by the model, resolved per item, applied to the token ids."""
-
-    info: _I
 
     @abstractmethod
     def _get_prompt_updates(
@@ -54,11 +60,6 @@ class PromptUpdateStages(Generic[_I]):
         out_mm_kwargs: MultiModalKwargsItems,
     ) -> Sequence[PromptUpdate]:
         """The prompt updates of ``mm_items``, given their processed outputs."""
-
-    def _bind_and_group_updates(
-        self, prompt_updates: Sequence[PromptUpdate], mm_item_counts: Mapping[str, int]
-    ) -> MultiModalPromptUpdates:
-        return resolve_prompt_updates(prompt_updates, mm_item_counts)
 
     def _get_mm_prompt_updates(
         self,
@@ -73,6 +74,11 @@ class PromptUpdateStages(Generic[_I]):
         )
         return self._bind_and_group_updates(updates, mm_items.get_all_counts())
 
+    def _bind_and_group_updates(
+        self, prompt_updates: Sequence[PromptUpdate], mm_item_counts: Mapping[str, int]
+    ) -> MultiModalPromptUpdates:
+        return resolve_prompt_updates(prompt_updates, mm_item_counts)
+
     def _recompute_cached_prompt_update(
         self, cached_update: ResolvedPromptUpdate, new_item_idx: int
     ) -> ResolvedPromptUpdate:
@@ -82,9 +88,21 @@ class PromptUpdateStages(Generic[_I]):
             return cached_update
         return dataclasses.replace(cached_update, item_idx=new_item_idx)
 
+    def _tokenize_prompt(self, inputs: ProcessorInputs) -> list[int]:
+        if isinstance(inputs.prompt, str):
+            tokenizer = self.info.get_tokenizer()
+            token_ids = encode_text(tokenizer, inputs.prompt, **inputs.tokenization_kwargs)
+        else:
+            token_ids = list(inputs.prompt)
+        return self._postprocess_prompt(token_ids)
+
     def _postprocess_prompt(self, prompt: list[int]) -> list[int]:
         """Prompt transforms the HF processor applies regardless of media (none by default)."""
         return prompt
+
+    def _tokenizer(self) -> TokenizerLike | None:
+        ctx = self.info.ctx
+        return ctx.tokenizer if ctx.has_tokenizer() else None
 
     def _find_mm_placeholders(
         self, new_token_ids: list[int], mm_prompt_updates: MultiModalPromptUpdates
@@ -96,10 +114,6 @@ class PromptUpdateStages(Generic[_I]):
     ) -> tuple[list[int], MultiModalPromptUpdatesApplyResult]:
         return apply_token_matches(prompt, mm_prompt_updates, tokenizer=self._tokenizer())
 
-    def _tokenizer(self) -> TokenizerLike | None:
-        ctx = self.info.ctx
-        return ctx.tokenizer if ctx.has_tokenizer() else None
-
     def _apply_prompt_updates(
         self, token_ids: list[int], mm_prompt_updates: MultiModalPromptUpdates
     ) -> tuple[list[int], Mapping[str, list[PlaceholderFeaturesInfo]]]:
@@ -107,46 +121,40 @@ class PromptUpdateStages(Generic[_I]):
         tokenizer merged with its neighbours. A prompt lacking a placeholder for some item is a
         ``VLLMValidationError`` (400) naming the modality."""
         return apply_prompt_updates_with_placeholders(
-            token_ids,
-            mm_prompt_updates,
-            self._tokenizer(),
+            token_ids, mm_prompt_updates, self._tokenizer()
         )
 
     def _validate_mm_kwargs(
         self, mm_kwargs: MultiModalKwargsItems, mm_item_counts: Mapping[str, int]
     ) -> None:
-        for modality, count in mm_item_counts.items():
-            found = len(mm_kwargs.get(modality, []))
-            if found != count:
-                raise RuntimeError(
-                    f"Expected {count} {modality} item(s) in the processed keyword arguments, "
-                    f"found {found}: the model's `_get_mm_fields_config` does not match what "
-                    "`_apply_hf_processor_main` returns."
-                )
+        check_item_counts(
+            mm_kwargs,
+            mm_item_counts,
+            "Expected {count} {modality} item(s) in the processed keyword arguments, found "
+            "{found}: the model's `_get_mm_fields_config` does not match what "
+            "`_apply_hf_processor_main` returns.",
+        )
 
     def _validate_mm_updates(
         self, mm_updates: MultiModalPromptUpdates, mm_item_counts: Mapping[str, int]
     ) -> None:
-        for modality, count in mm_item_counts.items():
-            found = len(mm_updates.get(modality, []))
-            if found != count:
-                raise RuntimeError(
-                    f"Expected {count} prompt update(s) for {count} {modality} item(s), found "
-                    f"{found}: the model's `_get_prompt_updates` gives no update for {modality}."
-                )
+        check_item_counts(
+            mm_updates,
+            mm_item_counts,
+            "Expected {count} prompt update(s) for {count} {modality} item(s), found {found}: "
+            "the model's `_get_prompt_updates` gives no update for {modality}.",
+        )
 
     def _validate_mm_placeholders(
         self,
         mm_placeholders: Mapping[str, list[PlaceholderFeaturesInfo]],
         mm_item_counts: Mapping[str, int],
     ) -> None:
-        for modality, count in mm_item_counts.items():
-            found = len(mm_placeholders.get(modality, []))
-            if found != count:
-                raise RuntimeError(
-                    f"Expected {count} prompt placeholder(s) for {count} {modality} item(s), "
-                    f"found {found}."
-                )
+        check_item_counts(
+            mm_placeholders,
+            mm_item_counts,
+            "Expected {count} prompt placeholder(s) for {count} {modality} item(s), found {found}.",
+        )
 
     def _maybe_apply_prompt_updates(
         self, mm_items: MultiModalDataItems, mm_res: MultiModalProcessingResult

@@ -2,7 +2,10 @@
 
 :class:`InputProcessingContext` loads the model's HF config, tokenizer and processor offline and
 calls the processor; :class:`BaseProcessingInfo` is the per-family facts a model file supplies
-(limits, data parser, tokenization defaults). Decoder resolution lives here too, in
+(limits, data parser, tokenization defaults). Re-exported here, where vLLM has them or mediaref's
+users look for them: :class:`ModelConfig` / :class:`MultiModalConfig` (``_model_config``),
+:class:`TokenizeParams` (``_tokenize_params``) and :class:`TimingContext`, a request's stage
+times (``_timing``). Decoder resolution lives here too, in
 :meth:`BaseProcessingInfo.get_media_io`, because this layer has the model's configuration: the
 video backend that matches the model's HF video processor is chosen here, and an explicit
 ``video_backend`` (from ``media_io_kwargs`` or the request) wins.
@@ -12,25 +15,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.media.base import MediaIO
 from mediaref.parse import DictEmbeddingItems, EmbeddingItems, MultiModalDataParser
 from mediaref.processing._input_context import InputProcessingContext
 from mediaref.processing._model_config import (
+    DeviceNormalizeSupport,
     ModelConfig,
     MultiModalConfig,
     device_normalize_kwargs,
+    set_device_normalize_support,
 )
+from mediaref.processing._timing import TimingContext
 from mediaref.processing._tokenize_params import TokenizeParams
-from mediaref.registry import TimingContext
 
 if TYPE_CHECKING:
     from mediaref.inputs import MultiModalDataDict
     from mediaref.parse import MultiModalDataItems
-
-_InfoT = TypeVar("_InfoT", bound="BaseProcessingInfo")
 
 
 class BaseProcessingInfo:
@@ -45,11 +48,6 @@ class BaseProcessingInfo:
 
     def __init__(self, ctx: InputProcessingContext) -> None:
         self.ctx = ctx
-
-    @classmethod
-    def from_model_config(cls: type[_InfoT], model_config: ModelConfig) -> _InfoT:
-        """The processing info of ``model_config``, over a new context that loads its files."""
-        return cls(InputProcessingContext(model_config))
 
     @functools.cached_property
     def mm_device_do_normalize(self) -> bool:
@@ -244,10 +242,12 @@ class BaseProcessingInfo:
 
 __all__ = [
     "BaseProcessingInfo",
+    "DeviceNormalizeSupport",
     "InputProcessingContext",
     "ModelConfig",
     "MultiModalConfig",
     "TimingContext",
     "TokenizeParams",
     "device_normalize_kwargs",
+    "set_device_normalize_support",
 ]

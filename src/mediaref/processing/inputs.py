@@ -72,6 +72,23 @@ def uuid_items_from(mm_uuids: MultiModalUUIDDict | None) -> dict[str, list[str |
     return items
 
 
+def validate_mm_uuids(mm_items: MultiModalDataItems, mm_uuid_items: MultiModalUUIDItems) -> None:
+    """Client UUIDs, where given, come one per item of a modality the request has."""
+    counts = mm_items.get_all_counts()
+    for modality, uuids in mm_uuid_items.items():
+        if modality not in counts:
+            raise VLLMValidationError(
+                f"multi_modal_uuids[{modality!r}] is given but the request has no {modality} items",
+                parameter="multi_modal_uuids",
+            )
+        if len(uuids) != counts[modality]:
+            raise VLLMValidationError(
+                f"multi_modal_uuids[{modality!r}] has {len(uuids)} entries for "
+                f"{counts[modality]} {modality} item(s)",
+                parameter="multi_modal_uuids",
+            )
+
+
 def _hash_factors(
     modality: str,
     hf_processor_mm_kwargs: Mapping[str, object],
@@ -178,4 +195,10 @@ class ProcessorInputs:
         return not any(items.get_passthrough_data() for items in self.mm_data_items.values())
 
 
-__all__ = ["MultiModalUUIDItems", "ProcessorInputs", "mm_uuids_for", "uuid_items_from"]
+__all__ = [
+    "MultiModalUUIDItems",
+    "ProcessorInputs",
+    "mm_uuids_for",
+    "uuid_items_from",
+    "validate_mm_uuids",
+]

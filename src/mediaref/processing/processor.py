@@ -10,15 +10,16 @@ A cached apply runs in two phases around a decode wait:
   between), runs the HF processor on the misses, merges the cache, and applies prompt updates.
 
 :meth:`BaseMultiModalProcessor.apply` (``apply(inputs, timing_ctx)``, as vLLM's renderer calls it)
-is the synchronous composition of the same steps. The processor is assembled from one stage per
-module: the HF call (``_hf_stages``), HF processing with the cache (``_cached_apply``), the prompt
-updates (``_prompt_stages``); vLLM's free functions over prompt updates are re-exported here.
+is the synchronous composition of the same steps. This module is vLLM's public path and holds no
+code: the processor is three levels, one per module, each complete over the ones below (the HF
+call's stages in ``_hf_stages``, the prompt updates in ``_prompt_stages``, the flow in
+``_base_processor``); vLLM's free functions over prompt updates come from :mod:`.prompt_updates`.
 """
 
 from __future__ import annotations
 
 from mediaref.inputs import MultiModalFieldConfig
-from mediaref.processing._apply_state import ApplyTimings, MultiModalApplyState
+from mediaref.processing._apply_state import MultiModalApplyState
 from mediaref.processing._base_processor import BaseMultiModalProcessor
 from mediaref.processing._enc_dec_processor import (
     EncDecMultiModalProcessor,
@@ -27,6 +28,7 @@ from mediaref.processing._enc_dec_processor import (
 from mediaref.processing._fast_encode import cached_encode
 from mediaref.processing._hf_stages import HFMultiModalInputs
 from mediaref.processing._prompt_stages import MultiModalProcessingResult
+from mediaref.processing._timing import ApplyTimings
 from mediaref.processing.context import BaseProcessingInfo, TimingContext
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 from mediaref.processing.inputs import ProcessorInputs

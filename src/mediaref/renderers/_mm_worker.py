@@ -1,17 +1,23 @@
-"""The renderer's multimodal half: one worker thread runs every request's processor apply.
+"""The renderer's multimodal worker: one thread runs every request's processor apply.
+
+:class:`MultiModalWorker` is a stage object the renderer delegates to; it owns the thread, the
+processor's two caches and their counters, the queued invalidations and the warmup's state, and
+knows nothing of the renderer: it is given the processor, the caches and the timing registry,
+and the warmup to run (the renderer's overridable ``warmup_mm``).
 
 The async path splits the cached apply around the decode wait: phase 1 on the worker, the decode
 wait on the event loop, phase 2 on the worker. While one request's media decodes on the media pool,
 the worker runs other requests' phases. Processors that override the composed methods (see
 ``supports_two_phase_apply``) take the blocking path, which holds the worker through the decodes.
-The processor cache's counters, invalidations and the warmup live here too: they touch the cache,
-so they go through the same worker.
+The cache's counters, invalidations and the warmup live here too: they touch the cache, so they go
+through the same worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import logging
 import threading
 import time
@@ -26,12 +32,9 @@ from mediaref.processing.inputs import ProcessorInputs
 from mediaref.processing.processor import BaseMultiModalProcessor, MultiModalApplyState
 from mediaref.processing.torch_threads import set_default_torch_num_threads
 from mediaref.registry import MultiModalTimingRegistry
-from mediaref.renderers._engine_inputs import EngineInput
-from mediaref.renderers._params import ChatParams, MultiModalCacheStats
+from mediaref.renderers._params import MultiModalCacheStats
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from mediaref.cache import BaseMultiModalProcessorCache
 
 logger = logging.getLogger("mediaref.renderers.base")
@@ -81,59 +84,78 @@ async def _close_after_drain(state: MultiModalApplyState) -> None:
 
 
 class MultiModalWorker:
-    """Multimodal processing on the renderer's single worker, and the processor cache's upkeep."""
+    """Multimodal processing on one worker thread, and the processor cache's upkeep.
 
-    if TYPE_CHECKING:  # supplied by the renderer
-        config: Any
-        mm_processor: BaseMultiModalProcessor[Any] | None
-        _mm_processor_cache: BaseMultiModalProcessorCache | None
-        _mm_processor_only_cache: BaseMultiModalProcessorCache | None
-        _mm_cache_stats: MultiModalCacheStats | None
-        _pending_invalidations: set[str]
-        _invalidation_lock: threading.Lock
-        _mm_timing_registry: MultiModalTimingRegistry
-        _mm_request_ids: Iterator[int]
-        _mm_executor: concurrent.futures.ThreadPoolExecutor
-        _mm_warmup_future: concurrent.futures.Future[None] | None
-        _mm_warmup_done: bool
+    ``cache`` is the main processor cache (None: none); ``processor_only_cache`` serves
+    ``skip_mm_cache`` requests and the warmup, which must not change what the main cache (and
+    any engine-core mirror of it) holds.
+    """
 
-        def get_mm_processor(self) -> BaseMultiModalProcessor[Any]: ...
+    def __init__(
+        self,
+        processor: BaseMultiModalProcessor[Any] | None,
+        *,
+        processor_only_cache: BaseMultiModalProcessorCache | None,
+        timing_registry: MultiModalTimingRegistry,
+        scheduler_config: Any | None = None,
+    ) -> None:
+        self.processor = processor
+        self.cache = None if processor is None else processor.cache
+        self._processor_only_cache = processor_only_cache
+        self.timing_registry = timing_registry
+        self._scheduler_config = scheduler_config
+        self._cache_stats = MultiModalCacheStats() if self.cache else None
+        self._pending_invalidations: set[str] = set()
+        self._invalidation_lock = threading.Lock()
+        self._request_ids = itertools.count(1)
+        # ONE worker, and it must stay one; two independent reasons:
+        # 1. The frontend processor cache's get_and_update must run in the same order as the
+        #    engine-core cache's, so both evict alike and the frontend can predict what the core
+        #    holds without asking (see mediaref.cache.BaseMultiModalCache). That holds only if
+        #    one thread at a time runs the cached apply.
+        # 2. HF preprocessing can enter numba's workqueue parallel region (Kimi K2.5 vision in
+        #    vLLM), which is not thread-safe and aborts the process on concurrent entry; the
+        #    background warmup is submitted to this same executor so it can never overlap.
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="mediaref-mm"
+        )
+        self._warmup_future: concurrent.futures.Future[None] | None = None
+        self.warmup_done = False
 
-        def render_messages(self, messages: list[Any], params: ChatParams) -> Any: ...
+    def require_processor(self) -> BaseMultiModalProcessor[Any]:
+        if self.processor is None:
+            raise ValueError("Multi-modal processor not available for text-only models")
+        return self.processor
 
     # -- the processor cache -------------------------------------------------------------------
 
-    @property
-    def mm_processor_cache(self) -> Any | None:
-        return self._mm_processor_cache
-
-    def stat_mm_cache(self) -> MultiModalCacheStats | None:
+    def stat_cache(self) -> MultiModalCacheStats | None:
         """The cache counters since the last call (None without a cache)."""
-        stats = self._mm_cache_stats
+        stats = self._cache_stats
         if stats is None:
             return None
-        self._mm_cache_stats = MultiModalCacheStats()
+        self._cache_stats = MultiModalCacheStats()
         return stats
 
-    def update_mm_cache_stats(self) -> None:
-        cache, stats = self._mm_processor_cache, self._mm_cache_stats
+    def update_cache_stats(self) -> None:
+        cache, stats = self.cache, self._cache_stats
         if cache is not None and stats is not None:
             delta = cache.make_stats(delta=True)
             stats.record(delta.total, delta.hits)
 
-    def clear_mm_cache(self) -> None:
-        if self._mm_processor_cache is not None:
-            self._mm_processor_cache.clear_cache()
-        if self._mm_cache_stats is not None:
-            self._mm_cache_stats.reset = True
+    def clear_cache(self) -> None:
+        if self.cache is not None:
+            self.cache.clear_cache()
+        if self._cache_stats is not None:
+            self._cache_stats.reset = True
 
-    async def clear_mm_cache_async(self) -> None:
-        """:meth:`clear_mm_cache` on the multimodal worker, so no apply runs while it clears."""
-        await asyncio.get_running_loop().run_in_executor(self._mm_executor, self.clear_mm_cache)
+    async def clear_cache_async(self) -> None:
+        """:meth:`clear_cache` on the worker, so no apply runs while it clears."""
+        await asyncio.get_running_loop().run_in_executor(self.executor, self.clear_cache)
 
-    def queue_mm_cache_invalidations(self, mm_hashes: Sequence[str]) -> None:
+    def queue_invalidations(self, mm_hashes: Sequence[str]) -> None:
         """Forget these items before the next request is processed (those the cache holds)."""
-        cache = self._mm_processor_cache
+        cache = self.cache
         if cache is None or not mm_hashes:
             return
         pending = {h for h in mm_hashes if cache.is_cached_item(h)}
@@ -141,8 +163,8 @@ class MultiModalWorker:
             with self._invalidation_lock:
                 self._pending_invalidations |= pending
 
-    def _drain_mm_cache_invalidations(self) -> None:
-        cache = self._mm_processor_cache
+    def _drain_invalidations(self) -> None:
+        cache = self.cache
         if cache is None:
             return
         with self._invalidation_lock:
@@ -158,24 +180,22 @@ class MultiModalWorker:
 
     # -- warmup and shutdown -------------------------------------------------------------------
 
-    def warmup_mm(self) -> None:
-        """Process dummy inputs once (one item per allowed modality), at most once per renderer;
+    def warmup(self) -> None:
+        """Process dummy inputs once (one item per allowed modality), at most once per worker;
         a failure only logs."""
-        if self._mm_warmup_done:
+        if self.warmup_done:
             return
         try:
-            processor = self.mm_processor
+            processor = self.processor
             if processor is None:
                 return
-            cache = self._mm_processor_only_cache
+            cache = self._processor_only_cache
             limits = {m: 1 for m, n in processor.info.allowed_mm_limits.items() if n > 0}
             start = time.perf_counter()
             try:
                 with set_default_torch_num_threads(1):
                     processor.get_dummy_mm_inputs(
-                        limits,
-                        cache=cache,
-                        scheduler_config=getattr(self.config, "scheduler_config", None),
+                        limits, cache=cache, scheduler_config=self._scheduler_config
                     )
                 logger.info("Multi-modal warmup completed in %.3fs", time.perf_counter() - start)
             except Exception:  # a failed warmup must not take the server down
@@ -184,48 +204,36 @@ class MultiModalWorker:
                 if cache is not None:
                     cache.clear_cache()
         finally:
-            self._mm_warmup_done = True
+            self.warmup_done = True
 
-    def start_mm_warmup_in_background(self) -> None:
-        """Run :meth:`warmup_mm` on the multimodal worker, behind nothing and before requests."""
-        self.start_mm_warmup()
+    def start_warmup(self, warmup: Callable[[], None]) -> concurrent.futures.Future[None]:
+        """Run ``warmup`` (the renderer's ``warmup_mm``, which a renderer may override) on the
+        worker, behind nothing and before requests, once; its future."""
+        if self._warmup_future is None:
+            self._warmup_future = self.executor.submit(warmup)
+        return self._warmup_future
 
-    def start_mm_warmup(self) -> concurrent.futures.Future[None]:
-        """:meth:`start_mm_warmup_in_background`, returning its future (mediaref)."""
-        if self._mm_warmup_future is None:
-            self._mm_warmup_future = self._mm_executor.submit(self.warmup_mm)
-        return self._mm_warmup_future
-
-    def _join_mm_warmup(self) -> None:
-        future, self._mm_warmup_future = self._mm_warmup_future, None
+    def join_warmup(self) -> None:
+        future, self._warmup_future = self._warmup_future, None
         if future is not None:
             future.result()
 
-    def warmup(self, chat_params: ChatParams) -> None:
-        """Warm the chat template (a one-message render), then the multimodal processor."""
-        try:
-            self.render_messages([{"role": "user", "content": "warmup"}], chat_params)
-        except Exception:
-            logger.warning("Chat template warmup failed", exc_info=True)
-        self._join_mm_warmup()
-        self.warmup_mm()
-
     def shutdown(self) -> None:
-        self._join_mm_warmup()
-        self._mm_executor.shutdown(wait=True)
-        for cache in (self._mm_processor_cache, self._mm_processor_only_cache):
+        self.join_warmup()
+        self.executor.shutdown(wait=True)
+        for cache in (self.cache, self._processor_only_cache):
             if cache is not None:
                 cache.close()
 
     # -- multimodal processing -----------------------------------------------------------------
 
-    def _prepare_multimodal_inputs(
+    def _prepare(
         self, request: MultiModalRequest
     ) -> tuple[BaseMultiModalProcessor[Any], ProcessorInputs, TimingContext]:
         """Parse media and UUIDs, pick the cache (``skip_mm_cache``: the processor-only one),
         and the request's timing context."""
-        processor = self.get_mm_processor()
-        self._drain_mm_cache_invalidations()
+        processor = self.require_processor()
+        self._drain_invalidations()
         inputs = processor.build_inputs(
             request.prompt,
             request.mm_data,
@@ -234,52 +242,45 @@ class MultiModalWorker:
             mm_uuids=request.mm_uuids,
             media_io_kwargs=request.media_io_kwargs,
         )
-        inputs.cache = (
-            self._mm_processor_only_cache if request.skip_mm_cache else self._mm_processor_cache
-        )
-        request_id = f"renderer-mm-{next(self._mm_request_ids)}"
+        inputs.cache = self._processor_only_cache if request.skip_mm_cache else self.cache
+        request_id = f"renderer-mm-{next(self._request_ids)}"
         if request.timing_ctx is not None:
             return processor, inputs, request.timing_ctx
-        return processor, inputs, self._mm_timing_registry.get(request_id)
+        return processor, inputs, self.timing_registry.get(request_id)
 
     def _phase1(
         self, request: MultiModalRequest
     ) -> tuple[BaseMultiModalProcessor[Any], MultiModalApplyState]:
-        processor, inputs, timing_ctx = self._prepare_multimodal_inputs(request)
+        processor, inputs, timing_ctx = self._prepare(request)
         return processor, processor.apply_phase1(inputs, timing_ctx)
 
     def _phase2(
         self, processor: BaseMultiModalProcessor[Any], state: MultiModalApplyState
     ) -> MultiModalInputs:
         out = processor.apply_phase2(state)
-        self.update_mm_cache_stats()
+        self.update_cache_stats()
         return out
 
-    def _process_multimodal_blocking(self, request: MultiModalRequest) -> MultiModalInputs:
-        processor, inputs, timing_ctx = self._prepare_multimodal_inputs(request)
+    def _process_blocking(self, request: MultiModalRequest) -> MultiModalInputs:
+        processor, inputs, timing_ctx = self._prepare(request)
         out = processor.apply(inputs, timing_ctx)
-        self.update_mm_cache_stats()
+        self.update_cache_stats()
         return out
 
-    def process_multimodal(self, request: MultiModalRequest) -> MultiModalInputs:
-        """Process one request from synchronous code (on the mm worker, holding it throughout)."""
-        return self._mm_executor.submit(
-            _bounded_torch_threads, self._process_multimodal_blocking, request
-        ).result()
-
-    async def process_multimodal_async(self, request: MultiModalRequest) -> MultiModalInputs:
-        """Process one request; other requests' phases interleave while its media decodes."""
-        if self.get_mm_processor().supports_two_phase_apply:
-            return await self._process_multimodal_async(request)
-        return await self._process_multimodal_blocking_async(request)
-
-    def _run_on_mm_worker(self, fn: Callable[..., _R], *args: Any) -> asyncio.Future[_R]:
+    def _run(self, fn: Callable[..., _R], *args: Any) -> asyncio.Future[_R]:
         return asyncio.get_running_loop().run_in_executor(
-            self._mm_executor, _bounded_torch_threads, fn, *args
+            self.executor, _bounded_torch_threads, fn, *args
         )
 
-    async def _process_multimodal_async(self, request: MultiModalRequest) -> MultiModalInputs:
-        phase1 = self._run_on_mm_worker(self._phase1, request)
+    def process(self, request: MultiModalRequest) -> MultiModalInputs:
+        """Process one request from synchronous code (on the worker, holding it throughout)."""
+        return self.executor.submit(
+            _bounded_torch_threads, self._process_blocking, request
+        ).result()
+
+    async def process_split_async(self, request: MultiModalRequest) -> MultiModalInputs:
+        """Phase 1 on the worker, the decode wait here, phase 2 on the worker."""
+        phase1 = self._run(self._phase1, request)
         try:
             processor, state = await await_drained(phase1)
         except asyncio.CancelledError:
@@ -289,39 +290,11 @@ class MultiModalWorker:
             raise
         with state:
             await state.wait_decodes_async()
-            return await await_drained(self._run_on_mm_worker(self._phase2, processor, state))
+            return await await_drained(self._run(self._phase2, processor, state))
 
-    async def _process_multimodal_blocking_async(
-        self, request: MultiModalRequest
-    ) -> MultiModalInputs:
-        return await await_drained(
-            self._run_on_mm_worker(self._process_multimodal_blocking, request)
-        )
-
-    @staticmethod
-    def _request_from(
-        prompt: list[int], fields: dict[str, Any], *, skip_mm_cache: bool
-    ) -> MultiModalRequest:
-        return MultiModalRequest(
-            prompt,
-            fields["multi_modal_data"],
-            fields.get("mm_processor_kwargs") or {},
-            mm_uuids=fields.get("multi_modal_uuids"),
-            media_io_kwargs=fields.get("media_io_kwargs") or {},
-            skip_mm_cache=skip_mm_cache,
-        )
-
-    def _process_multimodal(
-        self, prompt: list[int], fields: dict[str, Any], *, skip_mm_cache: bool
-    ) -> EngineInput:
-        request = self._request_from(prompt, fields, skip_mm_cache=skip_mm_cache)
-        return dict(self.process_multimodal(request))
-
-    async def _process_multimodal_prompt_async(
-        self, prompt: list[int], fields: dict[str, Any], *, skip_mm_cache: bool
-    ) -> EngineInput:
-        request = self._request_from(prompt, fields, skip_mm_cache=skip_mm_cache)
-        return dict(await self.process_multimodal_async(request))
+    async def process_blocking_async(self, request: MultiModalRequest) -> MultiModalInputs:
+        """The whole apply on the worker, which it holds through the decodes."""
+        return await await_drained(self._run(self._process_blocking, request))
 
 
 __all__ = ["MultiModalRequest", "MultiModalWorker"]

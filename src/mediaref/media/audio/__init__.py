@@ -11,9 +11,12 @@ default, ``"auto"``, tries two in order:
 If both fail, ``load_bytes`` raises ``ValueError("Failed to decode audio: soundfile: ...;
 pyav: ...")``. ``"soundfile"`` and ``"pyav"`` use one of them alone, ``"torchcodec"`` torchcodec
 (imported when used; ``ImportError`` without it). vLLM's ``load_audio*`` helpers, which take a
-path or a buffer, downmix and resample, are here too, on the same backends. Output: float32 samples shaped (n,) for mono and (channels, n) otherwise, and the
-rate as a float. Resampling and channel mixing are the parse layer's job (``MediaRef.map``); the
-decoder never imports librosa, whose first resample pulls in numba for seconds.
+path or a buffer, downmix and resample, are here too, on the same backends (``_loaders``).
+Output: float32 samples shaped (n,) for mono and (channels, n) otherwise, and the rate as a
+float. This package is where bytes become samples; what is done to samples afterwards
+(resampling, channel mixing: :mod:`mediaref.audio`, which the parser maps onto refs with
+``MediaRef.map``) is not the decoder's, and the decoder never imports librosa, whose first
+resample pulls in numba for seconds.
 
 Caps, all raising ``MediaTooLargeError`` (HTTP 413):
 

@@ -19,8 +19,7 @@ Importing this package registers every built-in loader.
 
 from __future__ import annotations
 
-from mediaref.media.video._backend import VideoBackend
-from mediaref.media.video._backend_molmo2 import Molmo2VideoBackend
+from mediaref.media.video._backend import NemotronVLVideoBackend, PyAVVideoBackend, VideoBackend
 from mediaref.media.video._backends_glm import (
     DynamicVideoBackend,
     Glm5NextVideoBackend,
@@ -31,13 +30,12 @@ from mediaref.media.video._backends_misc import (
     EmbeddingGemma2VideoBackend,
     OpenCVDynamicOpenPanguVideoBackend,
 )
+from mediaref.media.video._backends_molmo2 import Molmo2VideoBackend
 from mediaref.media.video._backends_qwen import (
     ClefOmniVideoBackend,
     Qwen2VLVideoBackend,
     Qwen3VLVideoBackend,
 )
-from mediaref.media.video._backends_uniform import NemotronVLVideoBackend, PyAVVideoBackend
-from mediaref.media.video._embedding import VideoEmbeddingMediaIO
 from mediaref.media.video._frame_scaling import FrameScaling
 from mediaref.media.video._frames_ops import (
     rescale_video_size,
@@ -45,7 +43,7 @@ from mediaref.media.video._frames_ops import (
     sample_frames_from_video,
 )
 from mediaref.media.video._jpeg_frames import DEFAULT_JPEG_FRAMES_FPS, load_jpeg_frames
-from mediaref.media.video._media_io import VideoMediaIO
+from mediaref.media.video._media_io import VideoEmbeddingMediaIO, VideoMediaIO
 from mediaref.media.video._raw_bytes import RawBytesVideoMediaIO
 from mediaref.media.video._sampling import sample_frame_indices
 from mediaref.media.video.loader_registry import (

@@ -1,9 +1,14 @@
-"""``VideoBackend``: a sampling rule decoded with a chosen codec, and the uniform rule itself.
+"""``VideoBackend``: a sampling rule decoded with a chosen codec; the uniform rule and its loaders.
 
 Every codec-based loader derives from :class:`VideoBackend`: its ``load_bytes`` resolves the codec
 (the ``backend`` option), decodes the frames :meth:`compute_frames_index_to_sample` picks and
-builds vLLM's metadata. Subclasses change the rule, the defaults in their ``load_bytes``
-signature, or finish the frames afterwards.
+builds vLLM's metadata. Subclasses change the rule, their defaults (the class attributes
+``default_fps`` and ``default_backend``, which ``load_bytes`` reads when a call leaves ``fps`` or
+``backend`` out), or finish the frames afterwards.
+
+The uniform rule is :class:`VideoBackend`'s own, registered as ``opencv`` (vLLM's name and codec);
+the other loaders that sample uniformly are here too: ``pyav`` (:class:`PyAVVideoBackend`,
+mediaref's default loader) and ``nemotron_vl`` (:class:`NemotronVLVideoBackend`).
 
 ``sampling_options`` lists the options a loader's rule reads; when a class declares it (it is
 read from the class itself, never inherited), a :class:`~mediaref.media.video.VideoMediaIO`
@@ -19,7 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from mediaref.media.video._sampling import uniform_frame_indices
+from mediaref.media.video._sampling import (
+    ALL_FRAMES,
+    uniform_frame_indices,
+    validate_fps,
+    validate_num_frames,
+)
 from mediaref.media.video.decoders import (
     UnsupportedCodecOptionError,
     VideoDecoderBackend,
@@ -82,11 +92,17 @@ def decode_sample(
 
 
 def default_codec(loader: Any) -> str:
-    """The codec ``loader.load_bytes`` decodes with when no ``backend`` option is given."""
+    """The codec ``loader.load_bytes`` decodes with when no ``backend`` option is given.
+
+    A loader that spells its default in its ``load_bytes`` signature, as vLLM's loaders (and a
+    plugin written like them) do, is taken at its word; a :class:`VideoBackend` that leaves it to
+    the class says so in ``default_backend``; any other loader decodes with PyAV.
+    """
     parameter = inspect.signature(loader.load_bytes).parameters.get("backend")
-    if parameter is None or not isinstance(parameter.default, str):
-        return "pyav"
-    return parameter.default
+    if parameter is not None and isinstance(parameter.default, str):
+        return parameter.default
+    declared = getattr(loader, "default_backend", None)
+    return declared if isinstance(declared, str) else "pyav"
 
 
 def check_codec_options(
@@ -115,11 +131,19 @@ class VideoBackend(VideoLoader):
     same rule on mediaref's default codec). ``frame_recovery`` replaces an unreadable frame by
     the next readable one (OpenCV; PyAV always does). ``max_duration`` is read by
     duration-aware subclasses only.
+
+    ``fps`` and ``backend`` left out of a ``load_bytes`` call (or None) are the class's
+    :attr:`default_fps` and :attr:`default_backend`: a subclass changes its defaults there, and
+    every other default is vLLM's.
     """
 
     decoder_version: ClassVar[str] = "uniform/1"
     sampling_options: ClassVar[frozenset[str] | None] = frozenset()
     _sampling_suffix: ClassVar[str] = ""
+    default_fps: ClassVar[float] = -1
+    """The rate ``load_bytes`` samples at when the call gives none (-1: no rate cap)."""
+    default_backend: ClassVar[VideoDecoderBackend] = "opencv"
+    """The codec ``load_bytes`` decodes with when the call names none."""
 
     @classmethod
     def compute_frames_index_to_sample(
@@ -135,36 +159,54 @@ class VideoBackend(VideoLoader):
         cls,
         data: bytes,
         num_frames: int = -1,
-        fps: float = -1,
+        fps: float | None = None,
         max_duration: float = 300,
         frame_recovery: bool = False,
         *,
-        backend: VideoDecoderBackend = "opencv",
+        backend: VideoDecoderBackend | None = None,
         **kwargs: Any,
     ) -> tuple[DecodedFrames, VideoMetadata]:
         """``(frames, metadata)`` of the frames this loader's rule samples from ``data``.
 
+        ``fps`` and ``backend`` default to :attr:`default_fps` and :attr:`default_backend`.
         ``kwargs``: the rule's options and the codec's (``num_ffmpeg_threads``, ``seek_mode``,
         ``device`` for torchcodec); another codec's option raises ValueError.
         """
+        fps, codec = cls._defaults(fps, backend)
         sample = cls._decode_sample(
-            data, num_frames, fps, max_duration, frame_recovery, backend=backend, options=kwargs
+            data, num_frames, fps, max_duration, frame_recovery, backend=codec, options=kwargs
         )
-        return sample.frames, cls._metadata(sample, backend)
+        return cls._finish(data, sample.frames, cls._metadata(sample, codec))
+
+    @classmethod
+    def _finish(
+        cls, data: bytes, frames: DecodedFrames, metadata: VideoMetadata
+    ) -> tuple[DecodedFrames, VideoMetadata]:
+        """What a loader adds to the sampled frames and their metadata (``data`` is the encoded
+        video): nothing here; a family's loader pads frames or attaches the bytes."""
+        return frames, metadata
+
+    @classmethod
+    def _defaults(cls, fps: float | None, backend: str | None) -> tuple[float, str]:
+        """``fps`` and ``backend`` with the class's defaults for what a call left out."""
+        return (
+            cls.default_fps if fps is None else fps,
+            cls.default_backend if backend is None else backend,
+        )
 
     @classmethod
     def _decode_sample(
         cls,
         data: bytes,
         num_frames: int,
-        fps: float | None,
+        fps: float,
         max_duration: float,
         frame_recovery: bool,
         *,
         backend: str,
         options: dict[str, Any],
     ) -> DecodedSample:
-        target = VideoTargetMetadata(num_frames, -1 if fps is None else fps, max_duration)
+        target = VideoTargetMetadata(num_frames, fps, max_duration)
         sample = decode_sample(
             cls, data, target, options, backend=backend, frame_recovery=frame_recovery
         )
@@ -177,14 +219,7 @@ class VideoBackend(VideoLoader):
 
     @classmethod
     def _metadata(cls, sample: DecodedSample, backend: str) -> VideoMetadata:
-        metadata = cls.create_hf_metadata(
-            source=sample.source,
-            valid_frame_indices=sample.valid,
-            video_backend=f"{backend}{cls._sampling_suffix}",
-        )
-        for key, value in sample.details.items():
-            metadata.setdefault(key, value)
-        return metadata
+        return sample_metadata(cls, sample, f"{backend}{cls._sampling_suffix}")
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any], *, name: str | None = None) -> None:
@@ -192,8 +227,80 @@ class VideoBackend(VideoLoader):
         check_codec_options(cls, options, accepted, name=name or cls.__qualname__)
 
 
+def sample_metadata(
+    loader: type[VideoLoader], sample: DecodedSample, video_backend: str
+) -> VideoMetadata:
+    """The loader's HF metadata for a decoded sample, then what the decode saw (the sample's
+    details) under the keys the HF metadata does not already use."""
+    metadata = loader.create_hf_metadata(
+        source=sample.source, valid_frame_indices=sample.valid, video_backend=video_backend
+    )
+    for key, value in sample.details.items():
+        metadata.setdefault(key, value)
+    return metadata
+
+
+@VIDEO_LOADER_REGISTRY.register("pyav")
+class PyAVVideoBackend(VideoBackend):
+    """Uniform sampling decoded with PyAV: mediaref's default ``VLLM_VIDEO_LOADER_BACKEND``.
+
+    Sampling indexes the stream's packets first (exact frame count, no decode), then decodes
+    only from the keyframe before each wanted frame when the gap is long; returning every frame
+    decodes the stream once. The metadata adds what the decode saw and did to vLLM's keys
+    (:mod:`mediaref.media.video.decoders.pyav`); only the HF ``VideoMetadata`` fields may be
+    passed on to an HF processor. ``num_frames`` must be -1 or positive and ``fps`` a number
+    (None or negative: no rate cap).
+    """
+
+    decoder_version: ClassVar[str] = "pyav/1"
+    sampling_options: ClassVar[frozenset[str] | None] = frozenset()
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
+
+    @classmethod
+    def load_bytes(
+        cls,
+        data: bytes,
+        num_frames: int = ALL_FRAMES,
+        fps: float | None = None,
+        max_duration: float = 300,
+        frame_recovery: bool = False,
+        *,
+        backend: VideoDecoderBackend | None = None,
+        **kwargs: Any,
+    ) -> tuple[DecodedFrames, VideoMetadata]:
+        num_frames = validate_num_frames(num_frames)
+        rate = validate_fps(fps)
+        return super().load_bytes(
+            data,
+            num_frames,
+            -1 if rate is None else rate,
+            max_duration,
+            frame_recovery,
+            backend=backend,
+            **kwargs,
+        )
+
+
+@VIDEO_LOADER_REGISTRY.register("nemotron_vl")
+class NemotronVLVideoBackend(VideoBackend):
+    """Uniform sampling whose metadata also carries the encoded video (``original_video_bytes``):
+    Nemotron-VL's processor reads the container again."""
+
+    decoder_version: ClassVar[str] = "nemotron_vl/1"
+    sampling_options: ClassVar[frozenset[str] | None] = frozenset()
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
+
+    @classmethod
+    def _finish(
+        cls, data: bytes, frames: DecodedFrames, metadata: VideoMetadata
+    ) -> tuple[DecodedFrames, VideoMetadata]:
+        return frames, {**metadata, "original_video_bytes": data}
+
+
 __all__ = [
     "DecodedSample",
+    "NemotronVLVideoBackend",
+    "PyAVVideoBackend",
     "VideoBackend",
     "check_codec_options",
     "decode_sample",

@@ -82,6 +82,8 @@ class DynamicVideoBackend(VideoBackend):
     decoder_version: ClassVar[str] = "glm4v_dynamic/1"
     sampling_options: ClassVar[frozenset[str] | None] = frozenset()
     _sampling_suffix: ClassVar[str] = "_dynamic"
+    default_fps: ClassVar[float] = 2
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
 
     @classmethod
     def _prepare_source(cls, source: VideoSourceMetadata) -> VideoSourceMetadata:
@@ -104,22 +106,6 @@ class DynamicVideoBackend(VideoBackend):
         times = np.linspace(0, source.duration, count, endpoint=True)
         return sorted({min(last, math.ceil(float(t) * video_fps)) for t in times})
 
-    @classmethod
-    def load_bytes(
-        cls,
-        data: bytes,
-        num_frames: int = -1,
-        fps: float = 2,
-        max_duration: float = 300,
-        frame_recovery: bool = False,
-        *,
-        backend: VideoDecoderBackend = "pyav",
-        **kwargs: Any,
-    ) -> tuple[DecodedFrames, VideoMetadata]:
-        return super().load_bytes(
-            data, num_frames, fps, max_duration, frame_recovery, backend=backend, **kwargs
-        )
-
 
 @VIDEO_LOADER_REGISTRY.register("glm46v", video_processor="Glm46VVideoProcessor")
 class GLM46VVideoBackend(VideoBackend):
@@ -129,6 +115,7 @@ class GLM46VVideoBackend(VideoBackend):
 
     decoder_version: ClassVar[str] = "glm46v/1"
     sampling_options: ClassVar[frozenset[str] | None] = frozenset({"temporal_patch_size"})
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
     _DYNAMIC_FPS_THRESHOLDS: ClassVar[dict[int, float]] = {30: 3.0, 300: 1.0, 2400: 0.5}
     _MAX_FRAME_COUNT_DYNAMIC: ClassVar[int] = 640
     _MAX_DURATION: ClassVar[int] = 2400
@@ -157,22 +144,6 @@ class GLM46VVideoBackend(VideoBackend):
             picks = _walk(total, seconds_per_frame, 1 / (patch * rate), int(duration))
         return _fit(picks, total, count, pair=True)
 
-    @classmethod
-    def load_bytes(
-        cls,
-        data: bytes,
-        num_frames: int = -1,
-        fps: float = -1,
-        max_duration: float = 300,
-        frame_recovery: bool = False,
-        *,
-        backend: VideoDecoderBackend = "pyav",
-        **kwargs: Any,
-    ) -> tuple[DecodedFrames, VideoMetadata]:
-        return super().load_bytes(
-            data, num_frames, fps, max_duration, frame_recovery, backend=backend, **kwargs
-        )
-
 
 @VIDEO_LOADER_REGISTRY.register(
     "glm5next", video_processor=("Glm5NextVideoProcessor", "Glm5nextVideoProcessor")
@@ -187,6 +158,7 @@ class Glm5NextVideoBackend(VideoBackend):
     sampling_options: ClassVar[frozenset[str] | None] = frozenset(
         {"max_frames", "temporal_patch_size"}
     )
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
     _SEEK_GAP_THRESHOLD: ClassVar[int] = 64
     _DEFAULT_FPS: ClassVar[float] = 2.0
     _DEFAULT_MAX_FRAMES: ClassVar[int] = 2048
@@ -208,22 +180,6 @@ class Glm5NextVideoBackend(VideoBackend):
             seconds_per_frame = 1 / video_fps if video_fps > 0 else 0
             picks = _walk(total, seconds_per_frame, 1 / (patch * rate), int(duration))
         return _fit(picks, total, count, pair=True)
-
-    @classmethod
-    def load_bytes(
-        cls,
-        data: bytes,
-        num_frames: int = -1,
-        fps: float = -1,
-        max_duration: float = 300,
-        frame_recovery: bool = False,
-        *,
-        backend: VideoDecoderBackend = "pyav",
-        **kwargs: Any,
-    ) -> tuple[DecodedFrames, VideoMetadata]:
-        return super().load_bytes(
-            data, num_frames, fps, max_duration, frame_recovery, backend=backend, **kwargs
-        )
 
     @classmethod
     def read_frames(
@@ -257,6 +213,8 @@ class GLMGAVideoBackend(VideoBackend):
 
     decoder_version: ClassVar[str] = "glmga/1"
     sampling_options: ClassVar[frozenset[str] | None] = frozenset({"max_frames"})
+    default_fps: ClassVar[float] = 2
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
     _MAX_FRAMES: ClassVar[int] = 640
     _MAX_FPS: ClassVar[int] = 30
 
@@ -285,20 +243,9 @@ class GLMGAVideoBackend(VideoBackend):
         return _fit(picks, total, count, pair=False)
 
     @classmethod
-    def load_bytes(
-        cls,
-        data: bytes,
-        num_frames: int = -1,
-        fps: float = 2,
-        max_duration: float = 300,
-        frame_recovery: bool = False,
-        *,
-        backend: VideoDecoderBackend = "pyav",
-        **kwargs: Any,
+    def _finish(
+        cls, data: bytes, frames: DecodedFrames, metadata: VideoMetadata
     ) -> tuple[DecodedFrames, VideoMetadata]:
-        frames, metadata = super().load_bytes(
-            data, num_frames, fps, max_duration, frame_recovery, backend=backend, **kwargs
-        )
         # HF pairs frames into temporal patches: an odd count gets its last frame again.
         if frames.shape[0] % 2:
             frames = repeat_last_frame(frames)

@@ -9,7 +9,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mediaref.media.video._backend import VideoBackend, check_codec_options, decode_sample
+from mediaref.media.video._backend import (
+    VideoBackend,
+    check_codec_options,
+    decode_sample,
+    sample_metadata,
+)
 from mediaref.media.video.decoders import VideoDecoderBackend
 from mediaref.media.video.decoders.base import VideoSourceMetadata, VideoTargetMetadata
 from mediaref.media.video.loader_registry import (
@@ -54,6 +59,7 @@ class EmbeddingGemma2VideoBackend(VideoBackend):
     sampling_options: ClassVar[frozenset[str] | None] = frozenset(
         {"max_frames", "overflow_strategy", "video_processor", "processor"}
     )
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
     PROCESSOR_NAMES = ("EmbeddingGemma2Processor", "EmbeddingGemma2VideoProcessor")
     _MAX_ALLOWED_FRAMES: ClassVar[int] = 128
     _MAX_ALLOWED_FPS: ClassVar[float] = 60.0
@@ -122,18 +128,19 @@ class EmbeddingGemma2VideoBackend(VideoBackend):
         cls,
         data: bytes,
         num_frames: int = -1,
-        fps: float = -1,
+        fps: float | None = None,
         max_duration: float = 300,
         frame_recovery: bool = False,
         *,
-        backend: VideoDecoderBackend = "pyav",
+        backend: VideoDecoderBackend | None = None,
         **kwargs: Any,
     ) -> tuple[DecodedFrames, VideoMetadata]:
+        rate, codec = cls._defaults(fps, backend)
         options = {k: v for k, v in kwargs.items() if k != "num_frames"}
         sample = cls._decode_sample(
-            data, -1, fps, max_duration, frame_recovery, backend=backend, options=options
+            data, -1, rate, max_duration, frame_recovery, backend=codec, options=options
         )
-        frames, metadata = sample.frames, cls._metadata(sample, backend)
+        frames, metadata = sample.frames, cls._metadata(sample, codec)
         # A codec reads each frame once; the processor's sample may name a frame twice.
         if sample.frame_idx != sample.valid:
             position = {index: i for i, index in enumerate(sample.valid)}
@@ -207,14 +214,7 @@ class OpenCVDynamicOpenPanguVideoBackend(VideoLoader):
         sample = decode_sample(
             cls, data, target, {}, backend=backend, frame_recovery=frame_recovery
         )
-        metadata = cls.create_hf_metadata(
-            source=sample.source,
-            valid_frame_indices=sample.valid,
-            video_backend=f"{backend}_dynamic",
-        )
-        for key, value in sample.details.items():
-            metadata.setdefault(key, value)
-        return sample.frames, metadata
+        return sample.frames, sample_metadata(cls, sample, f"{backend}_dynamic")
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any], *, name: str | None = None) -> None:

@@ -40,6 +40,8 @@ class Qwen2VLVideoBackend(VideoBackend):
     sampling_options: ClassVar[frozenset[str] | None] = frozenset(
         {"temporal_patch_size", "min_frames", "max_frames"}
     )
+    default_fps: ClassVar[float] = 2
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
 
     @classmethod
     def compute_frames_index_to_sample(
@@ -67,22 +69,6 @@ class Qwen2VLVideoBackend(VideoBackend):
         result: list[int] = indices.tolist()
         return result
 
-    @classmethod
-    def load_bytes(
-        cls,
-        data: bytes,
-        num_frames: int = -1,
-        fps: float = 2,
-        max_duration: float = 300,
-        frame_recovery: bool = False,
-        *,
-        backend: VideoDecoderBackend = "pyav",
-        **kwargs: Any,
-    ) -> tuple[DecodedFrames, VideoMetadata]:
-        return super().load_bytes(
-            data, num_frames, fps, max_duration, frame_recovery, backend=backend, **kwargs
-        )
-
 
 @VIDEO_LOADER_REGISTRY.register(
     "qwen3_vl", video_processor=("Qwen3VLVideoProcessor", "Cosmos3EdgeVideoProcessor")
@@ -95,6 +81,8 @@ class Qwen3VLVideoBackend(VideoBackend):
 
     decoder_version: ClassVar[str] = "qwen3_vl/1"
     sampling_options: ClassVar[frozenset[str] | None] = frozenset({"min_frames", "max_frames"})
+    default_fps: ClassVar[float] = 2
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
     _MAX_FRAMES: ClassVar[int] = _QWEN_MAX_FRAMES
     _MAX_FPS: ClassVar[int] = _QWEN_MAX_FPS
 
@@ -117,22 +105,6 @@ class Qwen3VLVideoBackend(VideoBackend):
         indices: list[int] = np.linspace(0, total - 1, count).round().astype(int).tolist()
         return indices
 
-    @classmethod
-    def load_bytes(
-        cls,
-        data: bytes,
-        num_frames: int = -1,
-        fps: float = 2,
-        max_duration: float = 300,
-        frame_recovery: bool = False,
-        *,
-        backend: VideoDecoderBackend = "pyav",
-        **kwargs: Any,
-    ) -> tuple[DecodedFrames, VideoMetadata]:
-        return super().load_bytes(
-            data, num_frames, fps, max_duration, frame_recovery, backend=backend, **kwargs
-        )
-
 
 @VIDEO_LOADER_REGISTRY.register("clef_omni")
 class ClefOmniVideoBackend(VideoBackend):
@@ -143,6 +115,8 @@ class ClefOmniVideoBackend(VideoBackend):
 
     decoder_version: ClassVar[str] = "clef_omni/1"
     sampling_options: ClassVar[frozenset[str] | None] = frozenset()
+    default_fps: ClassVar[float] = 2
+    default_backend: ClassVar[VideoDecoderBackend] = "pyav"
     MAX_FRAMES = 768
 
     @classmethod
@@ -169,20 +143,9 @@ class ClefOmniVideoBackend(VideoBackend):
         return indices
 
     @classmethod
-    def load_bytes(
-        cls,
-        data: bytes,
-        num_frames: int = -1,
-        fps: float = 2,
-        max_duration: float = 300,
-        frame_recovery: bool = False,
-        *,
-        backend: VideoDecoderBackend = "pyav",
-        **kwargs: Any,
+    def _finish(
+        cls, data: bytes, frames: DecodedFrames, metadata: VideoMetadata
     ) -> tuple[DecodedFrames, VideoMetadata]:
-        frames, metadata = super().load_bytes(
-            data, num_frames, fps, max_duration, frame_recovery, backend=backend, **kwargs
-        )
         if len(frames) % 2:
             frames = repeat_last_frame(frames)
             metadata["frames_indices"] = [

@@ -6,8 +6,7 @@ import av
 import numpy as np
 
 from mediaref.media.video._frame_limits import charge_rgb_frames, check_frame_size
-from mediaref.media.video._frame_rgb import SWSCALE_ONE_THREAD
-from mediaref.media.video._frame_scaling import FrameScaling
+from mediaref.media.video._frame_scaling import SWSCALE_ONE_THREAD, FrameScaling
 
 # Frames added at least per growth when a stream yields more frames than its packet index counted.
 _MIN_GROWTH_FRAMES = 8

@@ -1,6 +1,15 @@
-"""Decoding sampled frames straight to a target size through FFmpeg's scaler (opt-in, approximate).
+"""How kept frames go through FFmpeg's scaler (swscale): on the calling thread, and, opt-in, straight
+to a target size.
 
-A :class:`FrameScaling` given to :class:`~mediaref.media.video.VideoMediaIO` (``frame_scaling=``)
+**One scaler thread** (:data:`SWSCALE_ONE_THREAD`, every conversion of a kept frame). PyAV 17 and
+newer give each conversion a scaler that starts a thread per core, and PyAV builds a new scaler
+for every frame it converts. For frames kept from a decode, that is a pool of threads started and
+joined per frame while the decoder's own threads already hold the cores: measured on a 2-core
+host (``docs/performance.md``), a 32-frame sample of a 480p clip decodes 1.2x faster with
+one-thread conversions, a 1080p clip 1.1x, and the pixels are the same (each output row depends
+on its own source rows only, however the rows are cut across threads).
+
+**Frame scaling** (opt-in, approximate). A :class:`FrameScaling` given to :class:`~mediaref.media.video.VideoMediaIO` (``frame_scaling=``)
 makes the PyAV codec scale each kept frame to the rule's target size with FFmpeg's scaler
 (swscale) as it converts it to RGB, instead of converting at the source size and leaving the
 resize to the model's processor. It saves the full-size RGB frames and the processor's resize,
@@ -33,20 +42,32 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import av
 import numpy as np
 
-from mediaref.media.video._frame_rgb import SWSCALE_ONE_THREAD
-
 __all__ = [
     "DEFAULT_INTERPOLATION",
     "SCALING_CODECS",
+    "SWSCALE_ONE_THREAD",
     "FrameScaling",
     "current_frame_scaling",
     "frame_scaling_scope",
 ]
+
+
+def _pyav_major() -> int:
+    head = av.__version__.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+SWSCALE_ONE_THREAD: Mapping[str, Any] = MappingProxyType(
+    {"threads": 1} if _pyav_major() >= 17 else {}
+)
+"""Keyword arguments for ``VideoFrame.reformat`` / ``to_ndarray``: one scaler thread where PyAV
+takes the argument (17 and newer), nothing on older releases, whose scalers are single-threaded."""
 
 # Of swscale's eleven kernels, the one closest to torchvision's antialiased bicubic on real clips
 # (854x480 and 1920x1080 pans at 1,280, 256 and 64 tokens): best or within 0.2 dB of the best

@@ -1,4 +1,6 @@
-"""``VideoMediaIO``: a registered loader turns a container into frames and metadata.
+"""vLLM's ``vllm.multimodal.media.video``: ``VideoMediaIO`` and ``VideoEmbeddingMediaIO``.
+
+``VideoMediaIO``: a registered loader turns a container into frames and metadata.
 
 The loader is ``video_backend`` (a registry name), else ``VLLM_VIDEO_LOADER_BACKEND``; its
 options, and the codec's, are vetted when the decoder is built, so a misspelled option, an
@@ -23,6 +25,9 @@ never set by default, and not settable by a request) is an opt-in approximate mo
 codec decodes the kept frames straight to the scaling's target size with FFmpeg's scaler, under
 the same caps (the budget is charged for the target frames). It is in the decode spec, so scaled
 and exact decodes never share a cache entry; a loader that does not decode with PyAV refuses it.
+
+``VideoEmbeddingMediaIO`` loads pre-computed video embeddings sent in place of a video, on the
+embedding loader every modality shares (:mod:`mediaref.media._embedding_io`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import numpy as np
 from PIL import Image
 
 from mediaref import envs
+from mediaref.media._embedding_io import EmbeddingMediaIO
 from mediaref.media.base import (
     JPEG_FRAMES_MEDIA_TYPE,
     DecodeSpec,
@@ -281,4 +287,18 @@ def _decoder_version(loader: type[Any]) -> str:
     return version if isinstance(version, str) else f"{loader.__module__}.{loader.__qualname__}"
 
 
-__all__ = ["VideoMediaIO"]
+class VideoEmbeddingMediaIO(EmbeddingMediaIO):
+    """Loads ``video_embeds``: a ``.npy`` array (no pickle) or a ``torch.save``'d tensor (zip
+    format, ``weights_only``; a sparse one is checked and densified), its declared size checked
+    against ``VLLM_MAX_EMBED_DECODE_BYTES`` before anything is allocated. Every refusal is
+    :class:`~mediaref.exceptions.VLLMValidationError` naming ``video_embeds``
+    (:mod:`mediaref.media._embedding_io`)."""
+
+    modality: ClassVar[str] = "video"
+    parameter: ClassVar[str] = "video_embeds"
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+__all__ = ["VideoEmbeddingMediaIO", "VideoMediaIO"]

@@ -49,12 +49,42 @@ class ReadyValue(ItemLoad):
         return self.value
 
 
-# modality -> the connector's method names for it, sync and async. The named fetch_* methods (not
-# load_from_url), so a registered connector's overrides apply.
-_FETCH_METHODS = {
-    "image": ("fetch_image", "fetch_image_async"),
-    "video": ("fetch_video", "fetch_video_async"),
-    "audio": ("fetch_audio", "fetch_audio_async"),
+FetchFn = Callable[[MediaConnector, str, MediaIO[Any]], object]
+FetchAsyncFn = Callable[[MediaConnector, str, MediaIO[Any]], Awaitable[object]]
+EmbeddingFn = Callable[[MediaConnector, str], object]
+EmbeddingAsyncFn = Callable[[MediaConnector, str], Awaitable[object]]
+
+# modality -> how to fetch it with a connector, sync and async. Each entry calls the connector's
+# named fetch_* method (not load_from_url), so a registered connector's overrides apply.
+_FETCH: dict[str, tuple[FetchFn, FetchAsyncFn]] = {
+    "image": (
+        lambda c, url, io: c.fetch_image(url, io),
+        lambda c, url, io: c.fetch_image_async(url, io),
+    ),
+    "video": (
+        lambda c, url, io: c.fetch_video(url, io),
+        lambda c, url, io: c.fetch_video_async(url, io),
+    ),
+    "audio": (
+        lambda c, url, io: c.fetch_audio(url, io),
+        lambda c, url, io: c.fetch_audio_async(url, io),
+    ),
+}
+
+# modality -> how to load a base64 embedding of it with a connector, sync and async.
+_FETCH_EMBEDDING: dict[str, tuple[EmbeddingFn, EmbeddingAsyncFn]] = {
+    "image": (
+        lambda c, data: c.fetch_image_embedding(data),
+        lambda c, data: c.fetch_image_embedding_async(data),
+    ),
+    "video": (
+        lambda c, data: c.fetch_video_embedding(data),
+        lambda c, data: c.fetch_video_embedding_async(data),
+    ),
+    "audio": (
+        lambda c, data: c.fetch_audio_embedding(data),
+        lambda c, data: c.fetch_audio_embedding_async(data),
+    ),
 }
 
 
@@ -68,12 +98,12 @@ class FetchMedia(ItemLoad):
     media_io: MediaIO[Any]
 
     def load(self) -> object:
-        method = getattr(self.connector(), _FETCH_METHODS[self.modality][0])
-        return method(self.url, self.media_io)
+        fetch, _ = _FETCH[self.modality]
+        return fetch(self.connector(), self.url, self.media_io)
 
     async def load_async(self) -> object:
-        method = getattr(self.connector(), _FETCH_METHODS[self.modality][1])
-        return await method(self.url, self.media_io)
+        _, fetch_async = _FETCH[self.modality]
+        return await fetch_async(self.connector(), self.url, self.media_io)
 
 
 @dataclass
@@ -138,17 +168,21 @@ class FetchEmbeds(ItemLoad):
     payload: str | Mapping[str, Any]
 
     def load(self) -> object:
-        fetch = getattr(self.connector(), f"fetch_{self.modality}_embedding")
+        fetch, _ = _FETCH_EMBEDDING[self.modality]
+        connector = self.connector()
         if isinstance(self.payload, str):
-            return fetch(self.payload)
-        return {k: fetch(v) if isinstance(v, str) else v for k, v in self.payload.items()}
+            return fetch(connector, self.payload)
+        return {
+            k: fetch(connector, v) if isinstance(v, str) else v for k, v in self.payload.items()
+        }
 
     async def load_async(self) -> object:
-        fetch = getattr(self.connector(), f"fetch_{self.modality}_embedding_async")
+        _, fetch_async = _FETCH_EMBEDDING[self.modality]
+        connector = self.connector()
         if isinstance(self.payload, str):
-            return await fetch(self.payload)
+            return await fetch_async(connector, self.payload)
         encoded = {k: v for k, v in self.payload.items() if isinstance(v, str)}
-        tensors = await asyncio.gather(*(fetch(v) for v in encoded.values()))
+        tensors = await asyncio.gather(*(fetch_async(connector, v) for v in encoded.values()))
         return {**self.payload, **dict(zip(encoded, tensors, strict=True))}
 
 

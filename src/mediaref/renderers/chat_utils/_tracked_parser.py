@@ -3,6 +3,10 @@
 Each step resolves what can refuse the request without I/O (the decoder, with the request's
 ``media_io_kwargs``; whether embeddings are enabled; the per-prompt limit, when the tracker adds
 the item) and hands the tracker a load (:mod:`._loads`) to run when the items resolve.
+
+A parser sees its tracker through :class:`ParserTracker`, the few members it uses. The trackers
+(:mod:`.item_tracker`) create parsers, so the parsers import no tracker: the interface is written
+here, and the trackers satisfy it.
 """
 
 from __future__ import annotations
@@ -10,12 +14,15 @@ from __future__ import annotations
 import re
 from abc import abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from PIL import Image
 
 from mediaref.exceptions import VLLMValidationError
-from mediaref.processing.context import ModelConfig
+from mediaref.media.base import MediaIO
+from mediaref.media.connector import MediaConnector
+from mediaref.media.decode_budget import MediaDecodedBudget
+from mediaref.processing.context import BaseProcessingInfo, ModelConfig
 from mediaref.renderers.chat_utils._loads import (
     FetchEmbeds,
     FetchMedia,
@@ -41,8 +48,28 @@ from mediaref.renderers.chat_utils._parts import PartFieldError
 from mediaref.renderers.chat_utils._prompt_embeds import load_prompt_embeds, text_hidden_size
 from mediaref.renderers.chat_utils.types import InputAudio, ModalityStr, MultiModalEmbedsPayload
 
-if TYPE_CHECKING:
-    from mediaref.renderers.chat_utils.item_tracker import BaseMultiModalItemTracker
+_Item_contra = TypeVar("_Item_contra", contravariant=True)
+
+
+class ParserTracker(Protocol[_Item_contra]):
+    """What a content parser needs from its request's tracker; ``_Item_contra`` is the form in
+    which the tracker takes an item (a :class:`PendingItem`, or an awaitable for the async one)."""
+
+    decoded_budget: MediaDecodedBudget
+
+    @property
+    def model_config(self) -> ModelConfig: ...
+
+    @property
+    def processing_info(self) -> BaseProcessingInfo: ...
+
+    @property
+    def connector(self) -> MediaConnector: ...
+
+    def get_media_io(self, modality: str) -> MediaIO[Any]: ...
+
+    def add(self, modality: ModalityStr, item: _Item_contra) -> str | None: ...
+
 
 # An audio format goes into a data: URL's media type, so it must be a plain token.
 _AUDIO_FORMAT = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]{0,31}")
@@ -80,7 +107,7 @@ class TrackedContentParser(BaseMultiModalContentParser):
 
     def __init__(
         self,
-        tracker: BaseMultiModalItemTracker[Any],
+        tracker: ParserTracker[Any],
         mm_processor_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -208,4 +235,4 @@ class TrackedContentParser(BaseMultiModalContentParser):
         self._add_placeholder("prompt_embeds", PROMPT_EMBEDS_PLACEHOLDER_TOKEN)
 
 
-__all__ = ["TrackedContentParser"]
+__all__ = ["ParserTracker", "TrackedContentParser"]

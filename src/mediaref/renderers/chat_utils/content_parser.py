@@ -18,7 +18,8 @@ since the processor cache keys items by UUID and the two items' outputs differ.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from mediaref.renderers.chat_utils._loads import PendingItem
 from mediaref.renderers.chat_utils._parser_base import (
@@ -30,21 +31,20 @@ from mediaref.renderers.chat_utils._parser_base import (
     make_prompt_embeds_placeholder,
     use_audio_in_video_from,
 )
-from mediaref.renderers.chat_utils._tracked_parser import TrackedContentParser
+from mediaref.renderers.chat_utils._tracked_parser import ParserTracker, TrackedContentParser
 from mediaref.renderers.chat_utils.types import ModalityStr
 
-if TYPE_CHECKING:
-    from mediaref.renderers.chat_utils.item_tracker import (
-        AsyncMultiModalItemTracker,
-        MultiModalItemTracker,
-    )
+AsyncItem = Callable[[], Awaitable[tuple[object, "str | None"]]]
+"""How the async tracker takes an item: a call that fetches it when awaited."""
 
 
 class MultiModalContentParser(TrackedContentParser):
     """Gives the tracker items it resolves one after another, in request order."""
 
     def __init__(
-        self, tracker: MultiModalItemTracker, mm_processor_kwargs: dict[str, Any] | None = None
+        self,
+        tracker: ParserTracker[PendingItem],
+        mm_processor_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(tracker, mm_processor_kwargs)
 
@@ -57,7 +57,7 @@ class AsyncMultiModalContentParser(TrackedContentParser):
 
     def __init__(
         self,
-        tracker: AsyncMultiModalItemTracker,
+        tracker: ParserTracker[AsyncItem],
         mm_processor_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(tracker, mm_processor_kwargs)

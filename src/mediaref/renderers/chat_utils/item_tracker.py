@@ -23,7 +23,7 @@ import asyncio
 import functools
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 from mediaref.exceptions import VLLMValidationError
@@ -44,6 +44,7 @@ from mediaref.renderers.chat_utils._resolve import resolve_tracked_items
 from mediaref.renderers.chat_utils._template import ModelChatTemplate, ModelPlaceholders
 from mediaref.renderers.chat_utils._vision_chunk import predecode, predecode_async
 from mediaref.renderers.chat_utils.content_parser import (
+    AsyncItem,
     AsyncMultiModalContentParser,
     BaseMultiModalContentParser,
     MultiModalContentParser,
@@ -51,7 +52,6 @@ from mediaref.renderers.chat_utils.content_parser import (
 from mediaref.renderers.chat_utils.types import ModalityStr
 
 _T = TypeVar("_T")
-_AsyncMultiModalItem: TypeAlias = Callable[[], Awaitable[tuple[object, "str | None"]]]
 _ResolvedItems: TypeAlias = tuple["MultiModalDataDict | None", "MultiModalUUIDDict | None"]
 
 _CPU_BOUND_MODALITIES = frozenset({"image_embeds", "audio_embeds", "video_embeds", "vision_chunk"})
@@ -292,7 +292,7 @@ class MultiModalItemTracker(BaseMultiModalItemTracker["tuple[object, str | None]
         return MultiModalContentParser(self, mm_processor_kwargs=mm_processor_kwargs)
 
 
-class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[_AsyncMultiModalItem]):
+class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[AsyncItem]):
     """Resolves all of its items at once: every fetch of the request runs concurrently."""
 
     async def resolve_items(self) -> _ResolvedItems:

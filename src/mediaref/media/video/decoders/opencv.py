@@ -3,7 +3,7 @@
 Needs ``cv2`` from opencv-python or opencv-python-headless, 4.11 or later (reading from a Python
 stream), which is not a dependency of mediaref: without it, selecting this codec raises
 :class:`~mediaref.media.video.decoders.errors.VideoCodecUnavailableError` when the decoder is
-built. The payload passes the video allow-list of demuxers first (``_gate``). Frames are checked
+built. The payload passes the video allow-list of demuxers first (``_external``). Frames are checked
 against ``VLLM_MAX_IMAGE_PIXELS`` on the header's size, and the kept frames' RGB bytes are charged
 to the request's budget before they are allocated; unlike the PyAV codec, OpenCV cannot be told
 to refuse a larger frame midway, so a stream that changes size fails the decode instead.
@@ -19,8 +19,11 @@ from typing import Any
 import numpy as np
 
 from mediaref.media.video._frame_limits import charge_rgb_frames
-from mediaref.media.video.decoders._gate import admit_container
-from mediaref.media.video.decoders._optional import import_optional, optional_unavailable_reason
+from mediaref.media.video.decoders._external import (
+    admit_container,
+    import_optional,
+    optional_unavailable_reason,
+)
 from mediaref.media.video.decoders.base import (
     VideoSourceMetadata,
     VideoTargetMetadata,

@@ -18,8 +18,11 @@ from typing import Any, Literal
 import numpy as np
 
 from mediaref.media.video._frame_limits import charge_rgb_frames
-from mediaref.media.video.decoders._gate import admit_container
-from mediaref.media.video.decoders._optional import import_optional, optional_unavailable_reason
+from mediaref.media.video.decoders._external import (
+    admit_container,
+    import_optional,
+    optional_unavailable_reason,
+)
 from mediaref.media.video.decoders.base import (
     VideoSourceMetadata,
     VideoTargetMetadata,

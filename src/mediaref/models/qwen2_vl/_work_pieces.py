@@ -1,6 +1,6 @@
 """One item's pixel work cut into pieces across the media pool, and futures drained whole.
 
-The fused vision path (:mod:`mediaref.models._qwen2_vl_fused`) cuts a lone item's work into
+The fused vision path (:mod:`mediaref.models.qwen2_vl._fused`) cuts a lone item's work into
 runs of units (an image's merged-patch rows, a video's temporal groups or blocks): the first run
 on the caller's thread, the others on the executor. Every piece is waited for before an error
 propagates, so no worker is left reading an item (or writing rows) after the call.

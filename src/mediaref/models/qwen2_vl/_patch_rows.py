@@ -48,11 +48,13 @@ from PIL import Image
 
 from mediaref import envs
 from mediaref.media.image.pillow_storage import rgbx_view
-from mediaref.models import _scratch_buffers as scratch_buffers
+from mediaref.models.qwen2_vl import _scratch_buffers as scratch_buffers
 
 try:
-    from mediaref.models._patch_rows_native import patch_rows as native_patch_rows
-    from mediaref.models._patch_rows_native import resize_patch_rows as native_resize_patch_rows
+    from mediaref.models.qwen2_vl._patch_rows_native import patch_rows as native_patch_rows
+    from mediaref.models.qwen2_vl._patch_rows_native import (
+        resize_patch_rows as native_resize_patch_rows,
+    )
 except ImportError:  # installed without a C compiler: numpy writes the rows, the same bytes
     native_patch_rows = None  # type: ignore[assignment]
     native_resize_patch_rows = None  # type: ignore[assignment]
@@ -115,7 +117,7 @@ def resize_frames(
     other, then the vertical pass runs here. The kernel is separable with a uint8 intermediate
     (as Pillow's, which it mirrors), so the two calls give the bytes of one (pinned by the
     tests): a 1080p image 2.6 vs 3.7 ms on two cores. The intermediate is leased from
-    :mod:`mediaref.models._scratch_buffers`.
+    :mod:`mediaref.models.qwen2_vl._scratch_buffers`.
     """
     channels_last = _dense(frames).permute(0, 3, 1, 2)
     count, channels, in_height, in_width = channels_last.shape

@@ -1,23 +1,8 @@
-"""Qwen2-VL (images and video) on the real ``transformers`` ``Qwen2VLProcessor``.
+"""Qwen2-VL's processing info, data parser, dummy inputs and processor: the ``qwen2_vl`` family.
 
-Each image or video becomes a grid of 14x14 patches (``*_grid_thw``); every ``merge_size**2``
-patches make one placeholder token, so ``<|image_pad|>`` expands to ``grid_thw.prod() // 4``
-copies. ``pixel_values`` holds all items' patches concatenated, cut per item by the grid sizes.
-
-Qwen2-VL supports ``mm_device_do_normalize`` (on by default, as in vLLM 0.33): the HF processor is
-then called with ``do_rescale=False, do_normalize=False`` and emits raw ``uint8``
-``pixel_values`` / ``pixel_values_videos`` (a quarter of the fp32 bytes, in the cache and on the
-wire), and the model applies :func:`mediaref.ops.mm_input_norm.build_mm_input_norm`'s module on the
-device. The processor's output says which path it took (``mm_device_do_normalize``).
-
-**The fused exact path** (on by default; ``MEDIAREF_QWEN2_VL_FUSED=0`` turns it off): images and
-videos the HF processor would resize, patchify (and normalize) its own default way never reach it.
-Each item is converted, resized once at its ``smart_resize`` target and written straight into
-the final patch-row order on the media pool (:mod:`mediaref.models._qwen2_vl_fused`), bit-identical
-to HF's default (torchvision) processors whatever the pool size; an item it cannot reproduce
-exactly takes the HF call (:mod:`mediaref.models._qwen2_vl_routing`, which puts the outputs back
-in item order). ``MEDIAREF_QWEN2_VL_APPROX`` opts into approximate modes
-(:mod:`mediaref.models._qwen2_vl_approx`); none is on by default.
+The processor hands its HF call to :func:`~mediaref.models.qwen2_vl._routing.call_with_fused_path`,
+which takes the items the fused exact path can compute and calls HF for the rest; the package's
+docstring (:mod:`mediaref.models.qwen2_vl`) describes the family, and re-exports the names here.
 """
 
 from __future__ import annotations
@@ -37,15 +22,15 @@ from mediaref.inputs import (
 from mediaref.media.base import MediaIO
 from mediaref.media.image import ImageMediaIO
 from mediaref.media.video import VideoMediaIO
-from mediaref.models._qwen2_vl_approx import (
+from mediaref.models.qwen2_vl._approx import (
     JPEG_DRAFT,
     VIDEO_SCALE,
     DraftingImageMediaIO,
     approx_modes,
     smart_resize_scaling,
 )
-from mediaref.models._qwen2_vl_fused_settings import image_settings, video_settings
-from mediaref.models._qwen2_vl_routing import call_with_fused_path
+from mediaref.models.qwen2_vl._fused_settings import image_settings, video_settings
+from mediaref.models.qwen2_vl._routing import call_with_fused_path
 from mediaref.parse import (
     DictEmbeddingItems,
     ModalityDataItems,
@@ -89,9 +74,9 @@ class Qwen2VLProcessingInfo(BaseProcessingInfo):
         self, modality: str, media_io_kwargs: Mapping[str, Any] | None = None
     ) -> MediaIO[Any]:
         """The base's decoders; with ``MEDIAREF_QWEN2_VL_APPROX=jpeg_draft``, images decode
-        through :class:`~mediaref.models._qwen2_vl_approx.DraftingImageMediaIO`; with
+        through :class:`~mediaref.models.qwen2_vl._approx.DraftingImageMediaIO`; with
         ``video_scale``, videos decode straight to their target size
-        (:func:`~mediaref.models._qwen2_vl_approx.smart_resize_scaling`)."""
+        (:func:`~mediaref.models.qwen2_vl._approx.smart_resize_scaling`)."""
         media_io = super().get_media_io(modality, media_io_kwargs)
         if modality == "video" and type(media_io) is VideoMediaIO:
             return self._scaled_video_io(media_io)
@@ -291,12 +276,3 @@ class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo])
                 )
             )
         return updates
-
-
-__all__ = [
-    "Qwen2VLDataParser",
-    "Qwen2VLDummyInputsBuilder",
-    "Qwen2VLMultiModalProcessor",
-    "Qwen2VLProcessingInfo",
-    "device_normalize_kwargs",
-]

@@ -1,6 +1,6 @@
 /* Qwen2-VL's patch rows straight from resized channels-last pixels, in one pass.
  *
- * The numpy path (mediaref/models/_patch_rows.py) makes channel planes of a band of pixels,
+ * The numpy path (_patch_rows.py, beside this file) makes channel planes of a band of pixels,
  * gathers 14-byte runs of the planes into the rows (~450,000 element copies for a 1080p image),
  * then copies each image patch again into its second temporal slot. Here, a merged-patch row at
  * a time, the block's pixel rows are split into channel rows (~160 KB for 1080p, kept in cache),
@@ -11,7 +11,7 @@
  * against 5.5-7.7 ms for the numpy path. Pure data movement: the bytes are the numpy path's, by
  * construction and by test (tests/test_patch_rows_native.py). The GIL is released for the copy.
  *
- * Layout (as mediaref.models._patch_rows.patch_rows documents it): frames are grouped
+ * Layout (as mediaref.models.qwen2_vl._patch_rows.patch_rows documents it): frames are grouped
  * `temporal` at a time, a last short group repeating its last frame; rows run
  * (t, h / merge, w / merge, merge_h, merge_w), each (C, T, P_h, P_w).
  */

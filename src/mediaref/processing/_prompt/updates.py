@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, NamedTuple
 
-from mediaref.processing._prompt_codec import PromptCodec, PromptSeq, TokenizerLike, as_token_ids
-from mediaref.processing._prompt_details import PromptIndex, PromptUpdateDetails
-from mediaref.processing._prompt_matching import iter_disjoint_occurrences
+from mediaref.processing._prompt.codec import PromptCodec, PromptSeq, TokenizerLike, as_token_ids
+from mediaref.processing._prompt.details import PromptIndex, PromptUpdateDetails
+from mediaref.processing._prompt.matching import iter_disjoint_occurrences
 
 UpdateTarget = PromptSeq | PromptIndex
 """Text or token ids to find in the prompt, or a position in it."""

@@ -1,6 +1,6 @@
 """Routing a Qwen2-VL processor call: the items the fused path takes, and HF for the rest.
 
-Every image and video is routed on its own (:mod:`mediaref.models._qwen2_vl_fused_settings`
+Every image and video is routed on its own (:mod:`mediaref.models.qwen2_vl._fused_settings`
 says which can be fused, before any pixel work); the fused ones fan out on the media pool (a
 single item cut into pieces, up to one a core: an image's bands of rows, a video's runs of
 frames), the others go to the HF processor in one call, and the outputs are put back together in
@@ -19,8 +19,8 @@ import torch
 from mediaref import envs
 from mediaref.exceptions import VLLMValidationError
 from mediaref.media.executor import get_media_executor
-from mediaref.models._qwen2_vl_fused import fused_rows, joined_rows
-from mediaref.models._qwen2_vl_fused_settings import (
+from mediaref.models.qwen2_vl._fused import fused_rows, joined_rows
+from mediaref.models.qwen2_vl._fused_settings import (
     FusedVisionSettings,
     image_settings,
     image_target,

@@ -3,8 +3,8 @@
 For an item it takes, the fused path's output (``pixel_values`` / ``image_grid_thw``,
 ``pixel_values_videos`` / ``video_grid_thw``) is bit-identical to what transformers' default
 Qwen2-VL processors (the torchvision ones) give for the same decoded item
-(:mod:`mediaref.models._qwen2_vl_fused` computes it). Whether an item can take it is decided here,
-before any pixel work (:func:`image_settings`, :func:`video_settings`, :func:`image_target`,
+(:mod:`mediaref.models.qwen2_vl._fused` computes it). Whether an item can take it is decided
+here, before any pixel work (:func:`image_settings`, :func:`video_settings`, :func:`image_target`,
 :func:`video_target`); an item that cannot takes the HF path. Those are:
 
 - a processor that is not transformers' own torchvision ``Qwen2VLImageProcessor`` /

@@ -16,7 +16,7 @@ from typing import Generic, Protocol, TypeVar
 
 import torch
 
-from mediaref.processing._prompt_codec import PromptCodec, PromptSeq, TokenizerLike, as_token_ids
+from mediaref.processing._prompt.codec import PromptCodec, PromptSeq, TokenizerLike, as_token_ids
 
 _S = TypeVar("_S", str, Sequence[int])
 

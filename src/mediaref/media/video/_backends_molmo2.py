@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from mediaref.media.video._backend import check_codec_options, decode_sample
+from mediaref.media.video._backend import check_codec_options, decode_sample, sample_metadata
 from mediaref.media.video.decoders.base import VideoSourceMetadata, VideoTargetMetadata
 from mediaref.media.video.loader_registry import (
     VIDEO_LOADER_REGISTRY,
@@ -214,12 +214,7 @@ class Molmo2VideoBackend(VideoLoader):
         sample = decode_sample(
             cls, data, target, options, backend=backend, frame_recovery=frame_recovery
         )
-        metadata = cls.create_hf_metadata(
-            source=sample.source, valid_frame_indices=sample.valid, video_backend=backend
-        )
-        for key, value in sample.details.items():
-            metadata.setdefault(key, value)
-        return sample.frames, metadata
+        return sample.frames, sample_metadata(cls, sample, backend)
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any], *, name: str | None = None) -> None:

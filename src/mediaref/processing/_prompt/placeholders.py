@@ -18,16 +18,16 @@ from typing import Protocol, TypeVar
 import torch
 
 from mediaref.inputs import PlaceholderRange
-from mediaref.processing._prompt_codec import PromptCodec, TokenizerLike, as_token_ids
-from mediaref.processing._prompt_matching import iter_disjoint_occurrences
-from mediaref.processing._prompt_placement import (
+from mediaref.processing._prompt.codec import PromptCodec, TokenizerLike, as_token_ids
+from mediaref.processing._prompt.matching import iter_disjoint_occurrences
+from mediaref.processing._prompt.placement import (
     MultiModalPromptUpdates,
     PlacedUpdate,
     Placement,
     locate_placeholders,
     place_updates,
 )
-from mediaref.processing._prompt_update_types import PromptTargetMatch
+from mediaref.processing._prompt.updates import PromptTargetMatch
 
 MultiModalIsCached = dict[str, list[bool]]
 """Per modality, whether each item was in the processor cache."""

@@ -1,10 +1,12 @@
-"""Audio normalization for the parse layer: channel reduction, then resampling to the model's rate.
+"""The parser's audio transform: channel reduction, then resampling to the model's rate.
 
-Both run eagerly on samples the user supplied, and lazily, inside a mapped :class:`MediaRef`, on
-fetched audio, whose rate is only known once it has been decoded. The work itself is
-:mod:`mediaref.audio`'s (``normalize_audio``, ``AudioResampler``): :class:`AudioNormalizer` only
-orders the two steps and names, in :meth:`AudioNormalizer.ref_settings`, every parameter that
-changes their output, so a mapped ref's key changes whenever the output can.
+Both run eagerly on samples the user supplied, and lazily, inside a mapped
+:class:`~mediaref.media.base.MediaRef`, on fetched audio, whose rate is only known once it has
+been decoded. The work itself is this package's (``normalize_audio``, ``AudioResampler``):
+:class:`AudioNormalizer` orders the two steps and names, in :meth:`AudioNormalizer.ref_settings`,
+every parameter that changes their output, so a mapped ref's key changes whenever the output can.
+It lives with the helpers rather than in ``parse`` so that an audio option (a new channel rule, a
+resampling method) is added in one package; the parser only passes its options through.
 """
 
 from __future__ import annotations
@@ -13,13 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from mediaref.audio import (
-    AudioResampleMethod,
-    AudioResampler,
-    AudioSpec,
-    ChannelReduction,
-    normalize_audio,
-)
+from mediaref.audio._channels import AudioSpec, ChannelReduction, normalize_audio
+from mediaref.audio._resample import AudioResampler
 
 
 def _time_axis(audio: np.ndarray, *, channels_first: bool) -> int:
@@ -90,10 +87,4 @@ class AudioNormalizer:
         return decoded
 
 
-__all__ = [
-    "AudioNormalizer",
-    "AudioResampleMethod",
-    "AudioResampler",
-    "ChannelReduction",
-    "normalize_audio_channels",
-]
+__all__ = ["AudioNormalizer", "normalize_audio_channels"]

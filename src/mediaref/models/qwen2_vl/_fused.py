@@ -1,6 +1,6 @@
 """The fused exact vision path of the Qwen2-VL family: decoded media -> patch rows, no HF call.
 
-For an item it takes (:mod:`mediaref.models._qwen2_vl_fused_settings` decides which, and its
+For an item it takes (:mod:`mediaref.models.qwen2_vl._fused_settings` decides which, and its
 target size), the output is bit-identical to what transformers' default Qwen2-VL processors (the
 torchvision ones) give for the same decoded item, whatever the media pool's size: the same
 ``smart_resize``, the same resize kernel, the same patch order, and (device normalize off) the
@@ -20,16 +20,8 @@ import torch
 from PIL import Image
 
 from mediaref.media.executor import on_media_pool_thread
-from mediaref.models import _scratch_buffers as scratch_buffers
-from mediaref.models._patch_rows import (
-    resize_frames,
-    resize_in_rows,
-    rgb_pixels,
-    row_width,
-    write_patch_rows,
-    write_resized_patch_rows,
-)
-from mediaref.models._qwen2_vl_fused_settings import (
+from mediaref.models.qwen2_vl import _scratch_buffers as scratch_buffers
+from mediaref.models.qwen2_vl._fused_settings import (
     DRAFT_SOURCE_SIZE,
     FusedVisionSettings,
     image_settings,
@@ -38,7 +30,15 @@ from mediaref.models._qwen2_vl_fused_settings import (
     video_settings,
     video_target,
 )
-from mediaref.models._work_pieces import drain, run_pieces, runs
+from mediaref.models.qwen2_vl._patch_rows import (
+    resize_frames,
+    resize_in_rows,
+    rgb_pixels,
+    row_width,
+    write_patch_rows,
+    write_resized_patch_rows,
+)
+from mediaref.models.qwen2_vl._work_pieces import drain, run_pieces, runs
 
 __all__ = [
     "DRAFT_SOURCE_SIZE",
@@ -167,9 +167,9 @@ def image_rows(
     """One image's patch rows and ``(t, h, w)`` grid (written into ``into`` when given).
 
     The image is resized into a leased buffer, then written as patch rows
-    (:func:`~mediaref.models._patch_rows.write_patch_rows`) in bands of whole merged-patch rows
-    (about :data:`_BAND_BYTES` each: through numpy's planes, a band's planes are still in cache
-    when its rows are written, 1080p 3.8 vs 6.3 ms on one core). With an
+    (:func:`~mediaref.models.qwen2_vl._patch_rows.write_patch_rows`) in bands of whole
+    merged-patch rows (about :data:`_BAND_BYTES` each: through numpy's planes, a band's planes
+    are still in cache when its rows are written, 1080p 3.8 vs 6.3 ms on one core). With an
     ``executor`` and ``pieces`` > 1, the resize's horizontal pass is cut in two
     (:func:`resize_frames`) and the bands are shared out in up to ``pieces`` runs, the first on
     the caller's thread, each writing straight into its slice of the rows. A band's rows depend
@@ -271,9 +271,9 @@ def _resized_rows(
     into: RowsInto | None,
 ) -> _Rows:
     """``(N, H, W, C)`` frames' rows at ``target`` through the native resize + rows pass
-    (:func:`~mediaref.models._patch_rows.write_resized_patch_rows`): the resized frames are never
-    whole in memory, nothing is leased, and every block's resize is cut across ``pieces`` (the
-    torch path cuts only the horizontal pass of an image). Blocks are merged-patch rows, counted
+    (:func:`~mediaref.models.qwen2_vl._patch_rows.write_resized_patch_rows`): the resized
+    frames are never whole in memory, nothing is leased, and every block's resize is cut across
+    ``pieces`` (the torch path cuts only the horizontal pass of an image). Blocks are merged-patch rows, counted
     temporal group by group; uint8 rows are written one call per piece, normalized ones about
     :data:`_BAND_BYTES` at a time, each slice normalized while in cache."""
     grid = _grid(len(frames), *target, settings)

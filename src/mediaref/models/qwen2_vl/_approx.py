@@ -33,7 +33,7 @@ from PIL import Image
 from mediaref import envs
 from mediaref.media.image import ImageMediaIO
 from mediaref.media.video import FrameScaling
-from mediaref.models._qwen2_vl_fused_settings import DRAFT_SOURCE_SIZE, smart_resize
+from mediaref.models.qwen2_vl._fused_settings import DRAFT_SOURCE_SIZE, smart_resize
 
 __all__ = [
     "APPROX_MODES",

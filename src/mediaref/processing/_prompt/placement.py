@@ -19,10 +19,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mediaref.processing._prompt_codec import PromptCodec
-from mediaref.processing._prompt_details import PromptIndex
-from mediaref.processing._prompt_matching import OccurrenceScanner
-from mediaref.processing._prompt_update_types import ResolvedPromptUpdate, UpdateMode
+from mediaref.processing._prompt.codec import PromptCodec
+from mediaref.processing._prompt.details import PromptIndex
+from mediaref.processing._prompt.matching import OccurrenceScanner
+from mediaref.processing._prompt.updates import ResolvedPromptUpdate, UpdateMode
 
 MultiModalPromptUpdates = Mapping[str, Sequence[Sequence[ResolvedPromptUpdate]]]
 """``modality -> per item -> its resolved updates`` (usually one), items in request order."""
