@@ -1,7 +1,7 @@
 """Qwen2-VL's fused exact vision path against HF's processors, and a cold request against vLLM.
 
     python benchmarks/bench_fast_path.py [--repeat 9] [--cold-repeat 41] [--batch 8]
-        [--threads 1] [--pin-malloc] [--skip-cold] [--approx] [--chart PATH]
+        [--threads N] [--pin-malloc] [--skip-cold] [--approx] [--chart PATH]
 
 Parts, each side by side in one run: every path once a round, the order flipped every round;
 times are medians, ratios the median (and quartiles) of the rounds' own ratios, so the load of
@@ -11,26 +11,26 @@ minor page faults per call beside:
 1. **Encoded bytes -> ``pixel_values``**, decode included on every side: a 1920x1080 JPEG (q90,
    a scikit-image photo) and a 32-frame 854x480 H.264 clip. ``fused`` is mediaref's path (its
    decoders: ``ImageMediaIO``, whose RGB JPEG decode is one libjpeg-turbo call, and PyAV; then
-   :mod:`mediaref.models._qwen2_vl_fused`); ``hf-torchvision`` is Pillow's decode (PyAV's for
+   :mod:`mediaref.models.qwen2_vl._fused`); ``hf-torchvision`` is Pillow's decode (PyAV's for
    the clip) then transformers' default Qwen2-VL processor (torchvision backend); ``hf-pil`` the
    PIL ("slow") image processor (images only: transformers has no PIL video processor). All run
    with rescale + normalize off (Qwen2-VL's device-normalize default: uint8 out); the fused
    output is checked bit-identical to hf-torchvision's before timing. One item at a time
    (latency; as the processor runs a lone item, the fused path cuts its pixel work across the
-   cores on the media pool, while HF's runs on torch's ``--threads``), then ``--batch`` images
+   cores on the media pool, while HF's runs on torch's threads), then ``--batch`` images
    at once (throughput, images/s): every side decodes on the media pool, then the fused path
    fans the items out on it, their rows written into one buffer handed out whole (as the
    processor does), while the HF paths make one HF call.
 2. **A cold request**, fetch of a ``data:`` URL + processor miss (``apply`` with no cache), the
    built-in Qwen2-VL model: mediaref (fused on, its default) against vLLM 0.33.0 when it imports
-   (run in the scratch venv of ``bench_processor_miss.py``'s docstring), ``--cold-repeat``
-   rounds of one call each. Then mediaref with the fused path off
+   (run with the vLLM venv's interpreter: docs/performance.md, "The vLLM 0.33.0 side"),
+   ``--cold-repeat`` rounds of one call each. Then mediaref with the fused path off
    (``MEDIAREF_QWEN2_VL_FUSED=0``), for reference, in rounds of its own: interleaved, its HF
    call's freed temporaries would serve whichever call follows it. For the image, mediaref with
    Pillow's JPEG decoder (``MEDIAREF_TURBO_JPEG=0``) joins the paired rounds: what the one-call
    decode saves a whole request; for both, mediaref with torch's resize kernel then the rows
    (``MEDIAREF_NATIVE_RESIZE=0``) instead of the one native resize + rows pass
-   (``models/_aa_resize.c``), where that pass is on: what it saves. Both libraries sample 32
+   (``models/qwen2_vl/_aa_resize.c``), where that pass is on: what it saves. Both libraries sample 32
    frames uniformly (vLLM's default loader; its Qwen loader would sample 2 frames a second).
    vLLM decodes the clip with OpenCV, mediaref with PyAV: pixels may differ, shapes match.
 3. ``--approx``: the approximate modes against the exact path (wall time, the CPU-time ratio,
@@ -39,7 +39,10 @@ minor page faults per call beside:
    decoded straight to their target by the PyAV codec's frame collector,
    :mod:`mediaref.media.video._frame_scaling`), each from the encoded bytes.
 
-``--threads`` sets torch's (and OMP's) thread count for everything, before torch loads.
+By default no thread count is pinned: every side at its defaults, the protocol of the ratios
+docs/performance.md quotes against vLLM and HF (docs/notes/measuring_against_vllm.md).
+``--threads N`` sets torch's (and OMP's) thread count for everything, before torch loads: a
+comparison at N threads on every side.
 ``--pin-malloc`` fixes glibc's mmap and trim thresholds (64 / 256 MiB) before anything runs. By
 default glibc moves its mmap threshold up to the largest block freed so far, so whether a
 library's large temporaries come from reused heap memory or from fresh pages (each page faulted
@@ -75,15 +78,15 @@ from PIL import Image
 import _bench_media as bm
 import _charts
 
-torch.set_num_threads(_torch_threads.THREADS)
+_torch_threads.pin_torch()
 
 from mediaref.media.connector import MediaConnector  # noqa: E402
 from mediaref.media.executor import get_media_executor  # noqa: E402
 from mediaref.media.image import ImageMediaIO  # noqa: E402
 from mediaref.media.video import VideoMediaIO  # noqa: E402
-from mediaref.models import _patch_rows  # noqa: E402
-from mediaref.models import _qwen2_vl_fused as fused  # noqa: E402
 from mediaref.models.builtin import builtin_model_path  # noqa: E402
+from mediaref.models.qwen2_vl import _fused as fused  # noqa: E402
+from mediaref.models.qwen2_vl import _patch_rows  # noqa: E402
 from mediaref.processing.context import ModelConfig  # noqa: E402
 from mediaref.registry import MULTIMODAL_REGISTRY  # noqa: E402
 
@@ -240,7 +243,7 @@ def cold_paths(media: dict[str, bytes]) -> dict[str, dict[str, Callable[[], Any]
 
 def vllm_cold(modality: str, url: str, frames: int) -> Callable[[], Any] | None:
     try:
-        from vllm.config import ModelConfig as VllmModelConfig  # type: ignore[import-not-found]
+        from vllm.engine.arg_utils import EngineArgs  # type: ignore[import-not-found]
         from vllm.multimodal import MULTIMODAL_REGISTRY as VLLM_REGISTRY  # type: ignore[import-not-found]
         from vllm.multimodal.media.connector import (  # type: ignore[import-not-found]
             MediaConnector as VllmConnector,
@@ -248,9 +251,9 @@ def vllm_cold(modality: str, url: str, frames: int) -> Callable[[], Any] | None:
     except ImportError as exc:  # not installed, or a package its multimodal layer imports is not
         print(f"no vLLM rows: {exc!r}")
         return None
-    config = VllmModelConfig(
-        model=MODEL, tokenizer=MODEL, dtype="bfloat16", mm_processor_cache_gb=0
-    )
+    # The config `vllm serve MODEL_DIR` builds (its engine arguments' defaults), the cache off
+    # so every call is a miss, as on mediaref's side.
+    config = EngineArgs(model=MODEL, mm_processor_cache_gb=0).create_model_config()
     processor = VLLM_REGISTRY.create_processor(config)
     connector = VllmConnector(media_io_kwargs={"video": {"num_frames": frames}})
 
@@ -275,7 +278,7 @@ def approx_report(media: dict[str, bytes], repeat: int) -> dict[str, dict[str, f
     import numpy as np
     from transformers import AutoImageProcessor, AutoVideoProcessor
 
-    from mediaref.models import _qwen2_vl_approx as approx
+    from mediaref.models.qwen2_vl import _approx as approx
 
     sizing = {"max_pixels": 1280 * 28 * 28}  # vLLM's usual Qwen2-VL cap (1,280 tokens)
     photo = bm.load_photo("astronaut.png").resize((4032, 3024), Image.Resampling.BICUBIC)
@@ -454,7 +457,9 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=8, help="images per throughput call")
     parser.add_argument("--video-frames", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (set before import)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="pin torch threads (default: leave them alone)"
+    )
     parser.add_argument("--skip-cold", action="store_true", help="only the pixel paths")
     parser.add_argument(
         "--approx", action="store_true", help="also the approximate modes' speed and deviation"
@@ -478,7 +483,7 @@ def main() -> None:
 
     print(
         f"python {platform.python_version()}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads, CPU kernels "
+        f"({_torch_threads.describe()}, CPU kernels "
         f"{torch.backends.cpu.get_cpu_capability()}), transformers {transformers.__version__}, "
         f"media pool {get_media_executor()._max_workers} threads, "
         f"vllm {vllm_version or 'not importable'}, median of {args.repeat}, "
@@ -597,7 +602,10 @@ def draw_chart(
     }
     _charts.grouped_bars(
         path,
-        title="Qwen2-VL's fused exact path: bytes -> pixel_values, and a cold request",
+        title=(
+            "Qwen2-VL's fused exact path: bytes -> pixel_values, and a cold request; "
+            + _torch_threads.describe()
+        ),
         ratios=ratios,
         ratio_caption=(
             "ratio: the second bar's over mediaref's (HF torchvision; vLLM for a cold request), "

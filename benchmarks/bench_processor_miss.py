@@ -13,27 +13,25 @@ its design). The paths run round-robin, one call each per round, so load drift h
 
 Rows: ``mediaref/device`` (the default for Qwen2-VL: HF skips rescale + normalize, uint8 out),
 ``mediaref/cpu`` (``mm_device_do_normalize=False``: HF normalizes, fp32 out), and, when vLLM
-imports, ``vllm/device`` and ``vllm/cpu`` (vLLM's ``ModelConfig(mm_device_do_normalize=...)``;
-its cpu path also casts to bf16). The ratio column is vLLM's time over mediaref's for the same
-toggle: above 1 means mediaref's miss is faster. ``--threads`` (default 1, what vLLM's workers and
-mediaref's processing scope use) sets ``OMP_NUM_THREADS`` and torch's count before either library
-loads, so both HF calls run on the same number of threads.
+imports, ``vllm/device`` and ``vllm/cpu`` (vLLM's config as ``vllm serve MODEL_DIR`` builds it,
+``EngineArgs(...).create_model_config()``, with ``mm_device_do_normalize`` set; its cpu path also
+casts to bf16). The ratio column is vLLM's time over mediaref's for the same toggle: above 1 means
+mediaref's miss is faster. By default neither library's threads are pinned, the protocol of the
+ratios docs/performance.md quotes; ``--threads N`` sets ``OMP_NUM_THREADS`` and torch's count
+before either library loads, a comparison at N threads each
+(docs/notes/measuring_against_vllm.md).
 
-Environments: the mediaref rows run in the repository's ``.venv``. The vLLM rows need a scratch
-venv outside the repository that holds both libraries, e.g.::
+Environments: the mediaref rows run in mediaref's own venv (``pip install -e ".[bench]"``). The
+vLLM rows need vLLM 0.33.0 and mediaref together in a second venv outside the repository, and this
+script run with that venv's interpreter; docs/performance.md ("The vLLM 0.33.0 side") gives the
+recipe. With that venv one directory up::
 
-    python3 -m venv /work/scratch/vllm-venv && . /work/scratch/vllm-venv/bin/activate
-    pip install torch==2.14.1 torchvision==0.29.1
-    pip install --no-deps /work/scratch/vllm/vllm-0.33.0-*.whl
-    pip install "transformers<5.21" cbor2 psutil pyzmq openai pybase64 cachetools einops msgspec \\
-        cloudpickle py-cpuinfo prometheus_client fastapi partial_json_parser llguidance xgrammar \\
-        av soundfile blake3 urllib3 requests openai-harmony uvloop opencv-python-headless
-    pip install -e . --no-deps
-    pip install aiohttp jinja2 scipy soxr yarl simplejpeg matplotlib scikit-image  # mediaref's
+    VLLM_TARGET_DEVICE=cpu ../vllm-venv/bin/python benchmarks/bench_processor_miss.py
 
-(Never ``pip install vllm`` there: it would replace torch with the wheel's pinned build. Where
-vLLM does not import, this script and ``bench_fast_path.py`` print "no vLLM rows" and the error,
-which names the module still missing.)
+(vLLM goes into that venv with ``--no-deps``, after the torch it is built against: a plain
+``pip install vllm`` would replace torch with the wheel's pinned build. Where vLLM does not
+import, this script and ``bench_fast_path.py`` print "no vLLM rows" and the error, which names
+the module still missing.)
 
 vLLM's multimodal layer runs on the CPU there (no GPU is needed). The main test suite never
 imports vLLM. ``--chart PATH`` draws each item's miss per toggle, mediaref beside vLLM, as a PNG
@@ -61,7 +59,7 @@ import torch
 import _bench_media as bm
 import _charts
 
-torch.set_num_threads(_torch_threads.THREADS)
+_torch_threads.pin_torch()
 
 from mediaref.media.image import ImageMediaIO  # noqa: E402
 from mediaref.media.video import VideoMediaIO  # noqa: E402
@@ -105,30 +103,29 @@ def mediaref_call(toggle: bool, modality: str, ref: Any) -> Callable[[], Any]:
 
 @functools.cache
 def vllm_modules() -> tuple[Any, Any] | None:
-    """vLLM's ``ModelConfig`` and multimodal registry; None, said once, where vLLM does not
+    """vLLM's ``EngineArgs`` and multimodal registry; None, said once, where vLLM does not
     import (it is installed only in the comparison venv: see the docstring)."""
     try:
-        from vllm.config import ModelConfig  # type: ignore[import-not-found]
+        from vllm.engine.arg_utils import EngineArgs  # type: ignore[import-not-found]
         from vllm.multimodal import MULTIMODAL_REGISTRY  # type: ignore[import-not-found]
     except ImportError as exc:  # not installed, or a package its multimodal layer imports is not
         print(f"no vLLM rows: {exc!r}")
         return None
-    return ModelConfig, MULTIMODAL_REGISTRY
+    return EngineArgs, MULTIMODAL_REGISTRY
 
 
 def vllm_call(toggle: bool, modality: str, value: Any) -> Callable[[], Any] | None:
     modules = vllm_modules()
     if modules is None:
         return None
-    VllmModelConfig, VLLM_REGISTRY = modules
-    path = str(builtin_model_path("qwen2_vl"))
-    config = VllmModelConfig(
-        model=path,
-        tokenizer=path,
-        dtype="bfloat16",
+    EngineArgs, VLLM_REGISTRY = modules
+    # The config `vllm serve MODEL_DIR` builds (its engine arguments' defaults), with the cache
+    # off so every call is a miss and the toggle under test: what mediaref's side sets too.
+    config = EngineArgs(
+        model=str(builtin_model_path("qwen2_vl")),
         mm_processor_cache_gb=0,
         mm_device_do_normalize=toggle,
-    )
+    ).create_model_config()
     assert config.multimodal_config is not None
     assert config.multimodal_config.mm_device_do_normalize is toggle
     processor = VLLM_REGISTRY.create_processor(config)
@@ -191,8 +188,8 @@ def main() -> None:
     parser.add_argument(
         "--threads",
         type=int,
-        default=1,
-        help="torch threads for both libraries' HF calls (set before import)",
+        default=None,
+        help="pin torch threads on both sides (set before import); default: leave them alone",
     )
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     _charts.add_chart_argument(parser)
@@ -205,7 +202,7 @@ def main() -> None:
     except ImportError:
         vllm_version = None
     print(
-        f"python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"python {platform.python_version()}, torch {torch.__version__} ({_torch_threads.describe()}), "
         f"vllm {vllm_version or 'not importable: mediaref rows only'}, median of {args.repeat}"
     )
     items = make_items(args.video_frames)
@@ -214,6 +211,7 @@ def main() -> None:
         "torch": torch.__version__,
         "repeat": args.repeat,
         "video_frames": args.video_frames,
+        "threads": _torch_threads.describe(),
     }
     for modality in ("image", "video"):
         result = run_modality(modality, items, args.repeat)
@@ -236,10 +234,10 @@ def main() -> None:
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=2)
     if args.chart:
-        draw_chart(args.chart, report, args.threads)
+        draw_chart(args.chart, report)
 
 
-def draw_chart(path: Path, report: dict[str, Any], threads: int) -> None:
+def draw_chart(path: Path, report: dict[str, Any]) -> None:
     items = {"image": "1080p JPEG", "video": f"{report['video_frames']}-frame 480p clip"}
     groups, mine, theirs = [], [], []
     for modality, item in items.items():
@@ -253,10 +251,7 @@ def draw_chart(path: Path, report: dict[str, Any], threads: int) -> None:
         series[f"vLLM {report['vllm']}"] = theirs
     _charts.grouped_bars(
         path,
-        title=(
-            f"A processor miss on Qwen2-VL (decoded media, no cache), {threads} torch "
-            f"thread{'s' if threads != 1 else ''}"
-        ),
+        title=(f"A processor miss on Qwen2-VL (decoded media, no cache), {report['threads']}"),
         ratio_caption="vLLM / mediaref, medians; device = mm_device_do_normalize on (the default)",
         groups=groups,
         series=series,
