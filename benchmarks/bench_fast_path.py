@@ -207,7 +207,11 @@ def cold_paths(media: dict[str, bytes]) -> dict[str, dict[str, Callable[[], Any]
     connector = MediaConnector()
     decoders = {
         "image": processor.info.get_media_io("image"),
-        "video": processor.info.get_media_io("video", {"num_frames": frames}),
+        # Uniform num_frames, as vLLM's side below: the model's bound qwen2_vl loader would
+        # sample 2 frames a second instead.
+        "video": processor.info.get_media_io(
+            "video", {"num_frames": frames, "video_backend": "pyav"}
+        ),
     }
 
     def mediaref_cold(

@@ -109,7 +109,10 @@ class ServingPath:
         info = self.processor.info
         self.media_io: dict[str, MediaIO[Any]] = {
             "image": info.get_media_io("image"),
-            "video": info.get_media_io("video", {"num_frames": video_frames}),
+            # Uniform frames (the model's bound qwen2_vl loader samples 2 a second).
+            "video": info.get_media_io(
+                "video", {"num_frames": video_frames, "video_backend": "pyav"}
+            ),
         }
 
     def fetch(self, item: Item) -> Any:

@@ -419,7 +419,8 @@ def test_get_media_io_delegates_to_the_models_processing_info(
     video_io = tracker.get_media_io("video")
     assert calls == [("video", {"num_frames": 6})]
     assert video_io.num_frames == 6
-    assert video_io.video_backend == "pyav"  # the backend bound to Qwen2-VL's processor
+    # The loader registered for Qwen2VLVideoProcessor, as in vLLM.
+    assert video_io.video_backend == "qwen2_vl"
     assert tracker.get_media_io("video") is video_io  # resolved once per request and modality
 
 

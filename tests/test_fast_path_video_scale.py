@@ -78,7 +78,13 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def processor(**mm_kwargs: Any) -> Any:
-    config = ModelConfig(model=QWEN2_VL, mm_processor_cache_gb=0, mm_processor_kwargs=mm_kwargs)
+    # pyav keeps every frame of the clip (the bound qwen2_vl loader would sample 2 a second).
+    config = ModelConfig(
+        model=QWEN2_VL,
+        mm_processor_cache_gb=0,
+        mm_processor_kwargs=mm_kwargs,
+        media_io_kwargs={"video": {"video_backend": "pyav"}},
+    )
     return MULTIMODAL_REGISTRY.create_processor(config)
 
 

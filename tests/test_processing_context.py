@@ -220,8 +220,9 @@ def test_video_backend_bound_to_the_hf_video_processor_wins_over_the_env_default
 ) -> None:
     info = qwen2_vl_info()
     assert type(info.get_hf_processor().video_processor).__name__ == "Qwen2VLVideoProcessor"
-    assert info.get_default_video_backend() == "pyav"
-    assert info.get_media_io("video").video_backend == "pyav"
+    # vLLM's binding: the loader registered for that class samples at 2 fps, as HF's would.
+    assert info.get_default_video_backend() == "qwen2_vl"
+    assert info.get_media_io("video").video_backend == "qwen2_vl"
 
     # A model with no video processor binds nothing: the env default applies.
     audio_info = Qwen2AudioProcessingInfo(InputProcessingContext(ModelConfig(model=QWEN2_AUDIO)))
@@ -245,7 +246,8 @@ def test_an_explicit_video_backend_wins_over_the_binding(alt_backend: str, clip:
 
 
 def test_video_keys_follow_the_decode_settings(alt_backend: str, clip: bytes) -> None:
-    info = qwen2_vl_info(media_io_kwargs={"video": {"num_frames": 4}})
+    # pyav samples num_frames uniformly (the bound qwen2_vl loader ignores num_frames, as vLLM's).
+    info = qwen2_vl_info(media_io_kwargs={"video": {"num_frames": 4, "video_backend": "pyav"}})
 
     def key(**request: Any) -> bytes:
         return info.get_media_io("video", request or None).load_bytes_ref(clip).key
@@ -253,7 +255,7 @@ def test_video_keys_follow_the_decode_settings(alt_backend: str, clip: bytes) ->
     assert key() == key(num_frames=4)  # same settings from another source: one cache entry
     assert (
         key()
-        == qwen2_vl_info(media_io_kwargs={"video": {"num_frames": 4}})
+        == qwen2_vl_info(media_io_kwargs={"video": {"num_frames": 4, "video_backend": "pyav"}})
         .get_media_io("video")
         .load_bytes_ref(clip)
         .key
@@ -302,4 +304,5 @@ def test_base_info_requires_a_model_to_declare_its_limits() -> None:
     info = BaseProcessingInfo(InputProcessingContext(ModelConfig(model=QWEN2_VL)))
     with pytest.raises(NotImplementedError):
         info.get_supported_mm_limits()
-    assert info.get_default_video_backend() is None  # no binding declared
+    # The binding follows the directory's HF video processor, not the family's info class.
+    assert info.get_default_video_backend() == "qwen2_vl"

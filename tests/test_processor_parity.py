@@ -118,9 +118,12 @@ def _image_ref(name: str) -> MediaRef[Any]:
 
 
 def _video_ref(processor: BaseMultiModalProcessor[Any], spec: VideoSpec) -> MediaRef[Any]:
-    # The decoder the model resolves (PyAV by default), as the request parser would ask for it.
+    # PyAV with num_frames, as a request naming both would ask for it (the model's bound
+    # qwen2_vl loader samples by fps and ignores num_frames; its indices have their own tests).
     variant, num_frames = spec
-    media_io = processor.info.get_media_io("video", {"num_frames": num_frames})
+    media_io = processor.info.get_media_io(
+        "video", {"num_frames": num_frames, "video_backend": "pyav"}
+    )
     return media_io.load_bytes_ref(video_bytes(variant))
 
 

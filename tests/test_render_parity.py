@@ -31,11 +31,6 @@ OPEN: dict[str, str] = {
     "features.mm_hashes": "mm_hashes are mediaref's keys, not yet vLLM's digests (issue 27, 4)",
     "features.kwargs_data": "field flags (keep_on_cpu) and audio features not yet vLLM's",
     "features.mm_metadata": "vLLM keeps Qwen2-VL's grids on the CPU: mediaref does not yet",
-    "features.mm_placeholders": "video frames sampled by the generic loader, not vLLM's qwen2_vl",
-    "token_ids": "video frames sampled by the generic loader, not vLLM's qwen2_vl",
-    "content_parts": "vLLM 0.33's GenerateRequest field, not yet sent",
-    "sampling_params": "vLLM dumps SamplingParams with omit_defaults: not yet mirrored",
-    "parse_context": "vLLM's effective chat_template_kwargs: not yet mirrored",
     "status": "a status that differs from vLLM's",
     "body": "a status that differs from vLLM's",
 }

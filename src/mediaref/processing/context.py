@@ -14,7 +14,9 @@ video backend that matches the model's HF video processor is chosen here, and an
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 from mediaref.exceptions import VLLMValidationError
@@ -36,11 +38,22 @@ if TYPE_CHECKING:
     from mediaref.parse import MultiModalDataItems
 
 
+@functools.lru_cache(maxsize=32)
+def _configured_video_processor(model_dir: str) -> str | None:
+    """``video_processor_type`` from a model directory's processor configs (read once a
+    directory: every video fetch asks)."""
+    for name in ("video_preprocessor_config.json", "preprocessor_config.json"):
+        try:
+            config = json.loads((Path(model_dir) / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict) and isinstance(config.get("video_processor_type"), str):
+            return str(config["video_processor_type"])
+    return None
+
+
 class BaseProcessingInfo:
     """Model-specific facts for processing: limits, HF processor, data parser, decoders."""
-
-    #: HF video processor class name -> the video loader backend that matches its sampling.
-    VIDEO_BACKEND_BY_HF_PROCESSOR: Mapping[str, str] = {}
 
     #: Whether the family's processor can leave rescale + normalize to the device (vLLM's
     #: ``SupportsMultiModal.supports_mm_device_do_normalize``): ``mm_device_do_normalize``'s default.
@@ -206,13 +219,24 @@ class BaseProcessingInfo:
 
     # -- decoders --------------------------------------------------------------------------
 
+    def get_video_processor_name(self) -> str | None:
+        """The class name of the model's HF video processor (None: it has none): read off the
+        directory's processor configs when they name it, as vLLM's
+        ``get_video_processor_cls_name`` does, else off the loaded HF processor."""
+        configured = _configured_video_processor(str(self.ctx.model_config.model))
+        if configured is not None:
+            return configured
+        video_processor = getattr(self.get_hf_processor(), "video_processor", None)
+        return None if video_processor is None else type(video_processor).__name__
+
     def get_default_video_backend(self) -> str | None:
-        """The loader backend bound to this model's HF video processor class, if any."""
-        processor = self.get_hf_processor()
-        video_processor = getattr(processor, "video_processor", None)
-        if video_processor is None:
-            return None
-        return self.VIDEO_BACKEND_BY_HF_PROCESSOR.get(type(video_processor).__name__)
+        """The video loader registered for this model's HF video processor
+        (``VIDEO_LOADER_REGISTRY.register(..., video_processor=...)``), if any: what vLLM's
+        ``fetch_video(..., video_processor=...)`` picks when the settings name no
+        ``video_backend`` (Qwen2-VL's: ``qwen2_vl``, 2 frames a second)."""
+        from mediaref.media.video.loader_registry import get_video_loader_backend_for_processor
+
+        return get_video_loader_backend_for_processor(self.get_video_processor_name())
 
     def get_media_io(
         self, modality: str, media_io_kwargs: Mapping[str, Any] | None = None

@@ -58,8 +58,8 @@ _MODALITIES = ("image", "video")
 
 
 class Qwen2VLProcessingInfo(BaseProcessingInfo):
-    # Frames are sampled by our loader (HF's own sampling stays off: do_sample_frames=False).
-    VIDEO_BACKEND_BY_HF_PROCESSOR: Mapping[str, str] = {"Qwen2VLVideoProcessor": "pyav"}
+    # Frames are sampled by the loader registered for Qwen2VLVideoProcessor (``qwen2_vl``, as in
+    # vLLM); HF's own sampling stays off: do_sample_frames=False.
     supports_mm_device_do_normalize = True
 
     def get_supported_mm_limits(self) -> Mapping[str, int | None]:

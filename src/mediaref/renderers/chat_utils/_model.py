@@ -10,12 +10,10 @@ embeddings, as a vLLM server started without ``--enable-mm-embeds`` would not.
 
 from __future__ import annotations
 
-import json
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from mediaref.exceptions import VLLMValidationError
@@ -25,7 +23,6 @@ from mediaref.registry import MULTIMODAL_REGISTRY
 ModelLike = ModelConfig | BaseProcessingInfo
 """A model as the chat parser takes it: its config, or its (already loaded) processing info."""
 
-_VIDEO_PROCESSOR_CONFIGS = ("video_preprocessor_config.json", "preprocessor_config.json")
 _INFO_MEMO_SIZE = 8
 _info_memo: OrderedDict[str, BaseProcessingInfo] = OrderedDict()
 _info_memo_lock = threading.Lock()
@@ -127,23 +124,6 @@ def configured_limit(config: object, modality: str) -> int | None:
     return int(get_limit(modality)) if callable(get_limit) else None
 
 
-def video_processor_cls_name(info: BaseProcessingInfo) -> str | None:
-    """The class name of the model's HF video processor (None: it has none).
-
-    Read off the directory's processor configs when they name it, as vLLM does, else off the
-    loaded HF processor.
-    """
-    for name in _VIDEO_PROCESSOR_CONFIGS:
-        try:
-            config = json.loads((Path(info.ctx.model_config.model) / name).read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(config, dict) and isinstance(config.get("video_processor_type"), str):
-            return str(config["video_processor_type"])
-    video_processor = getattr(info.get_hf_processor(), "video_processor", None)
-    return None if video_processor is None else type(video_processor).__name__
-
-
 def config_dtype(config: object) -> Any:
     """The model's dtype (``torch.dtype``) when the config says, else None."""
     return getattr(config, "dtype", None)
@@ -161,5 +141,4 @@ __all__ = [
     "prompt_embeds_enabled",
     "registered_model_cls",
     "resolve_processing_info",
-    "video_processor_cls_name",
 ]

@@ -134,7 +134,7 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
     @property
     def video_processor_name(self) -> str | None:
         """The class name of the model's HF video processor (None: it has none)."""
-        return _model.video_processor_cls_name(self._info)
+        return self._info.get_video_processor_name()
 
     # -- settings --------------------------------------------------------------------------------
 
