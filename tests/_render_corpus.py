@@ -8,8 +8,11 @@ recorded bodies travel in the data file); each request's body is recorded with i
 test always sends exactly what vLLM was sent.
 
 A response is reduced to what parity is about (:func:`summary`): every field as JSON, except the
-random request id; each encoded item as the sha256 of its base64 (vLLM's wire bytes) and, to say
-where two differ, each of its fields' dtype, shape and sha256 of its bytes.
+random request id; each encoded item field by field, in name order: the sha256 of the field's own
+wire bytes (its msgpack value: tensors, field kind and flags) and, to say where two differ, its
+tensors' dtype, shape and sha256. Not the item's bytes as a whole: vLLM orders an item's fields by
+iterating a set of their names (``MultiModalKwargsItems.from_hf_inputs``), so that order changes
+with ``PYTHONHASHSEED`` from one vLLM process to the next.
 """
 
 from __future__ import annotations
@@ -307,12 +310,18 @@ def _digest(value: Any) -> Any:
 def _item_summary(encoded: str | None) -> Any:
     if encoded is None:
         return None
+    import msgspec
+
     from mediaref.serve.mm_serde import decode_mm_kwargs_item
 
     decoded = decode_mm_kwargs_item(encoded)
+    wire = msgspec.msgpack.decode(base64.b64decode(encoded), type=dict[str, msgspec.Raw])
     return {
-        "sha256": hashlib.sha256(encoded.encode()).hexdigest(),
-        "fields": {key: _digest(elem.data) for key, elem in decoded.items()},
+        key: {
+            "wire_sha256": hashlib.sha256(bytes(wire[key])).hexdigest(),
+            "data": _digest(decoded[key].data),
+        }
+        for key in sorted(decoded)
     }
 
 

@@ -3,8 +3,8 @@
 ``tests/data/vllm_0_33_render_parity.json`` holds vLLM 0.33.0's answers to every request of
 ``tests/_render_corpus.py`` (``scripts/vllm_render_parity.py`` recorded them against the built-in
 model directories), so this runs without vLLM. Each answer is compared as ``_render_corpus.summary``
-reduces it: every field but the random request id, each encoded item by the sha256 of vLLM's wire
-bytes and its tensors' digests, and the status of a refused request. Where mediaref answers
+reduces it: every field but the random request id, each encoded item field by field (the sha256 of
+the field's wire bytes and its tensors' digests), and the status of a refused request. Where mediaref answers
 otherwise on purpose, ``DIFFERENCES`` names the field and ``docs/compat.md`` the reason.
 """
 
@@ -29,8 +29,6 @@ CASES: dict[str, dict[str, Any]] = DOCUMENT["cases"]
 
 OPEN: dict[str, str] = {
     "features.mm_hashes": "mm_hashes are mediaref's keys, not yet vLLM's digests (issue 27, 4)",
-    "features.kwargs_data": "field flags (keep_on_cpu) and audio features not yet vLLM's",
-    "features.mm_metadata": "vLLM keeps Qwen2-VL's grids on the CPU: mediaref does not yet",
     "status": "a status that differs from vLLM's",
     "body": "a status that differs from vLLM's",
 }

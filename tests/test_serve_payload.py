@@ -64,8 +64,12 @@ async def test_a_repeated_item_is_not_encoded_again(service: RenderService) -> N
         first = await post(test_client, CHAT_ROUTE, body)
         second = await post(test_client, CHAT_ROUTE, body)
     assert first[0] == second[0] == 200
-    assert first[1]["features"] == second[1]["features"]
-    assert service.encoded.hits == hits_before + 1
+    features = first[1]["features"]
+    assert features == second[1]["features"]
+    # Every encoded part of the repeat came from the cache: the item and its mm_metadata
+    # (the keep-on-CPU grid, as vLLM sends it).
+    assert features["mm_metadata"]["image"][0] is not None
+    assert service.encoded.hits == hits_before + 2
 
 
 def test_the_encoded_cache_keeps_nothing_over_its_budget() -> None:

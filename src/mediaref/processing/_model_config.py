@@ -288,10 +288,45 @@ def _no_family_known() -> bool:
     return False
 
 
+DTYPES: dict[str, torch.dtype] = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "float32": torch.float32,
+    "float": torch.float32,
+}
+"""vLLM's ``--dtype`` names (besides ``auto``)."""
+
+
+def resolve_dtype(model_dir: str | Path, dtype: str = "auto") -> torch.dtype:
+    """The dtype vLLM's ``ModelConfig(model=model_dir, dtype=dtype)`` resolves to.
+
+    ``auto``: the dtype config.json declares (``dtype``/``torch_dtype``, else its text config's),
+    with float32, or none declared, downcast to bfloat16: what vLLM picks on a GPU and on a CPU
+    with bfloat16 support, so processed floating-point tensors are cast as vLLM's server casts them.
+    """
+    if dtype != "auto":
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}: auto, {', '.join(DTYPES)}")
+        return DTYPES[dtype]
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    declared = None
+    for scope in (config, config.get("text_config") or {}):
+        if isinstance(scope, dict):
+            declared = declared or scope.get("dtype") or scope.get("torch_dtype")
+    resolved = DTYPES.get(str(declared), torch.float32)
+    return torch.bfloat16 if resolved == torch.float32 else resolved
+
+
 __all__ = [
+    "DTYPES",
     "DeviceNormalizeSupport",
     "ModelConfig",
     "MultiModalConfig",
     "device_normalize_kwargs",
+    "resolve_dtype",
     "set_device_normalize_support",
 ]

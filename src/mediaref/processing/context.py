@@ -24,10 +24,12 @@ from mediaref.media.base import MediaIO
 from mediaref.parse import DictEmbeddingItems, EmbeddingItems, MultiModalDataParser
 from mediaref.processing._input_context import InputProcessingContext
 from mediaref.processing._model_config import (
+    DTYPES,
     DeviceNormalizeSupport,
     ModelConfig,
     MultiModalConfig,
     device_normalize_kwargs,
+    resolve_dtype,
     set_device_normalize_support,
 )
 from mediaref.processing._timing import TimingContext
@@ -265,6 +267,7 @@ class BaseProcessingInfo:
 
 
 __all__ = [
+    "DTYPES",
     "BaseProcessingInfo",
     "DeviceNormalizeSupport",
     "InputProcessingContext",
@@ -273,5 +276,6 @@ __all__ = [
     "TimingContext",
     "TokenizeParams",
     "device_normalize_kwargs",
+    "resolve_dtype",
     "set_device_normalize_support",
 ]

@@ -16,6 +16,7 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
+from mediaref.processing.context import DTYPES
 from mediaref.serve.options import DEFAULT_MODEL, LOG_LEVELS, TENSOR_FORMATS, ServeOptions
 
 EXAMPLE_REQUEST = "example_request.json"
@@ -48,6 +49,13 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="processor output cache per model (default: MEDIAREF_MM_PROCESSOR_CACHE_GB, 4)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("auto", *DTYPES),
+        default="auto",
+        help="floating-point tensors are sent in this dtype, as vLLM's --dtype (default: auto, "
+        "the model's own, float32 downcast to bfloat16)",
     )
 
 
@@ -275,6 +283,7 @@ def options_from(args: argparse.Namespace, **overrides: Any) -> ServeOptions:
     values: dict[str, Any] = {
         "models": tuple(args.models or (DEFAULT_MODEL,)),
         "mm_processor_cache_gb": args.mm_processor_cache_gb,
+        "dtype": args.dtype,
         "encoded_cache_mb": args.encoded_cache_mb,
         "tensor_format": args.tensor_format,
         "max_items_per_request": args.max_items_per_request,

@@ -109,6 +109,9 @@ class ServeOptions:
     client (``docs/security.md``, *Trust*); without it they are a 400."""
     mm_processor_cache_gb: float | None = None
     """The processor output cache per model; None: ``MEDIAREF_MM_PROCESSOR_CACHE_GB`` (4)."""
+    dtype: str = "auto"
+    """vLLM's ``--dtype``: floating-point tensors are sent in it; ``auto`` resolves as vLLM does
+    (the model's own dtype, float32 downcast to bfloat16)."""
     tensor_format: TensorFormat = "vllm"
     """How processed tensors are written: ``vllm`` (vLLM's render server's msgpack, which its
     engines read) or ``safetensors`` (any client reads it; the features gain ``kwargs_info``)."""

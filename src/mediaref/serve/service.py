@@ -40,7 +40,7 @@ from mediaref.media.connector import (
     MediaRequestFetchScope,
 )
 from mediaref.media.decode_budget import MediaDecodedBudget
-from mediaref.processing.context import ModelConfig
+from mediaref.processing.context import ModelConfig, resolve_dtype
 from mediaref.registry import TimingContext
 from mediaref.renderers.base import BaseRenderer, MultiModalRequest
 from mediaref.renderers.chat_utils import parse_chat_messages_async
@@ -131,7 +131,9 @@ class RenderService:
                 if directory != name:
                     self._model_dirs[directory] = name
                 config = ModelConfig(
-                    model=directory, mm_processor_cache_gb=options.mm_processor_cache_gb
+                    model=directory,
+                    mm_processor_cache_gb=options.mm_processor_cache_gb,
+                    dtype=resolve_dtype(directory, options.dtype),
                 )
                 renderer: BaseRenderer[Any] = BaseRenderer(config)
                 self.renderers[name] = renderer

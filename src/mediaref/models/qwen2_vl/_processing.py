@@ -165,7 +165,7 @@ def _embedding_fields(
             f"{modality}_embeds": MultiModalFieldConfig.flat_from_sizes(
                 modality, grid.prod(-1) // merge_length
             ),
-            f"{modality}_grid_thw": MultiModalFieldConfig.batched(modality),
+            f"{modality}_grid_thw": MultiModalFieldConfig.batched(modality, keep_on_cpu=True),
         }
 
     return fields
@@ -240,14 +240,16 @@ class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo])
             "image_embeds": MultiModalFieldConfig.flat_from_sizes(
                 "image", image_grid.prod(-1) // merge_length
             ),
-            "image_grid_thw": MultiModalFieldConfig.batched("image"),
+            # The grids stay on the CPU (vLLM's flags): M-RoPE positions are computed from them,
+            # and the render server sends them as mm_metadata.
+            "image_grid_thw": MultiModalFieldConfig.batched("image", keep_on_cpu=True),
             "pixel_values_videos": MultiModalFieldConfig.flat_from_sizes(
                 "video", video_grid.prod(-1)
             ),
             "video_embeds": MultiModalFieldConfig.flat_from_sizes(
                 "video", video_grid.prod(-1) // merge_length
             ),
-            "video_grid_thw": MultiModalFieldConfig.batched("video"),
+            "video_grid_thw": MultiModalFieldConfig.batched("video", keep_on_cpu=True),
         }
 
     def _get_prompt_updates(
