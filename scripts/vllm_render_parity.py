@@ -59,7 +59,7 @@ def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
 class VllmRender:
     """``vllm launch render MODEL`` on a free port, in a process group of its own."""
 
-    def __init__(self, python: str, model: str) -> None:
+    def __init__(self, python: str, model: str, cwd: Path) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -70,6 +70,7 @@ class VllmRender:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
+            cwd=cwd,
             start_new_session=True,
         )
         for _ in range(300):
@@ -96,7 +97,10 @@ def record(python: str) -> dict[str, Any]:
         by_model.setdefault(case.model, []).append(case)
     recorded: dict[str, Any] = {}
     for model, model_cases in by_model.items():
-        server = VllmRender(python, str(builtin_model_path(model)))
+        # The directory by its built-in name, from its parent: vLLM's item hashes carry the model
+        # argument as given (model_id), and mediaref serve hashes a built-in model by its name.
+        directory = builtin_model_path(model)
+        server = VllmRender(python, directory.name, cwd=directory.parent)
         try:
             for case in model_cases:
                 status, body = post(server.url(case.route), case.body)

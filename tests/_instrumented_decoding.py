@@ -102,9 +102,12 @@ def instrumented_ref(
     gate: threading.Event | None = None,
     barrier: threading.Barrier | None = None,
 ) -> tuple[MediaRef[Image.Image], InstrumentedDecoder]:
-    """A ref keyed exactly like ``ImageMediaIO().load_bytes_ref(data)``, decoding through a spy."""
+    """A ref keyed and hashed exactly like ``ImageMediaIO().load_bytes_ref(data)``, decoding
+    through a spy."""
     decoder = InstrumentedDecoder(data, gate=gate, barrier=barrier)
-    return MediaRef(data, decoder, ImageMediaIO().get_decode_spec()), decoder
+    like = ImageMediaIO().load_bytes_ref(data)
+    ref = MediaRef(data, decoder, like.spec, key=like.key, hash_view=like.hash_view)
+    return ref, decoder
 
 
 def counted_ref(variant: int) -> MediaRef[Image.Image]:

@@ -7,6 +7,7 @@ the collisions vLLM's encoding has and mediaref therefore shares.
 
 from __future__ import annotations
 
+import io
 import logging
 import uuid
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import torch
 from PIL import ExifTags, Image
 
 from _counting import CountingDecoder
-from _image_samples import encode
+from _image_samples import encode, exif_block
 from mediaref.hasher import MultiModalHasher
 from mediaref.media.base import DecodeSpec, MediaRef, MediaWithBytes
 from mediaref.media.image import ImageMediaIO
@@ -27,6 +28,9 @@ from mediaref.media.image import ImageMediaIO
 def H(*args: object, **kwargs: object) -> str:
     """``hash_kwargs`` under blake3 unless an algorithm is given."""
     return MultiModalHasher.hash_kwargs(*(args or ("blake3",)), **kwargs)
+
+
+IMAGE_ID = "8d2f7c3a-5b1e-4f60-9a47-2c3d4e5f6a7b"
 
 
 def framed(raw: bytes) -> bytes:
@@ -84,6 +88,111 @@ def test_spec_settings_alone_separate_refs_of_the_same_bytes() -> None:
         b"png", lambda: None, DecodeSpec(modality="image", rgba_background_color=[0, 0, 0])
     )
     assert H(image=white) != H(image=black)
+
+
+# --- fetched images: vLLM's digest, from the bytes -----------------------------------------------
+
+
+def _vllm_item(data: bytes, io: ImageMediaIO, io_config: dict[str, Any] | None) -> MediaWithBytes:
+    """What vLLM's image decoder hands its hasher for ``data``: the media, bytes and io_config."""
+    return MediaWithBytes(io.load_bytes(data), data, io_config)
+
+
+@pytest.mark.parametrize(
+    ("image", "fmt", "converts"),
+    [
+        (Image.new("RGB", (8, 6), (200, 30, 40)), "JPEG", False),  # RGB already: bytes alone
+        (Image.new("L", (8, 6), 90), "JPEG", True),  # converted to RGB: io_config too
+        (Image.new("RGBA", (8, 6), (10, 20, 30, 128)), "PNG", True),  # transparency flattened
+        (Image.new("P", (8, 6)), "PNG", True),
+    ],
+)
+def test_a_fetched_image_hashes_to_vllms_digest_without_decoding(
+    image: Image.Image, fmt: str, converts: bool
+) -> None:
+    data = encode(image, fmt)
+    io = ImageMediaIO()
+    ref = io.load_bytes_ref(data)
+    io_config = {"image_mode": "RGB", "rgba_background_color": (255, 255, 255)}
+    expected = H(model_id="m", image=_vllm_item(data, io, io_config if converts else None))
+    assert H(model_id="m", image=ref) == expected
+    assert not ref.is_decoded  # the view is read off the header
+
+
+def _vllm_io_config(data: bytes, target: str = "RGB") -> dict[str, Any] | None:
+    """vLLM 0.33's ``ImageMediaIO.load_bytes`` rule: io_config when converting the opened
+    image to ``target`` returns another image (transparency flattened onto RGB, or a mode
+    change)."""
+    with Image.open(io.BytesIO(data)) as image:
+        image.load()
+        transparent = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
+        if not ((target == "RGB" and transparent) or image.mode != target):
+            return None
+    return {"image_mode": target, "rgba_background_color": (255, 255, 255)}
+
+
+def _png_with_trns(image: Image.Image, transparency: object) -> bytes:
+    return encode(image, "PNG", transparency=transparency)
+
+
+HEADER_MODE_CASES = {
+    "jpeg_rgb": lambda: encode(Image.new("RGB", (9, 7), (1, 2, 3)), "JPEG"),
+    "jpeg_l": lambda: encode(Image.new("L", (9, 7), 5), "JPEG"),
+    "jpeg_cmyk": lambda: encode(Image.new("CMYK", (9, 7), (1, 2, 3, 4)), "JPEG"),
+    "png_1": lambda: encode(Image.new("1", (9, 7), 1), "PNG"),
+    "png_l": lambda: encode(Image.new("L", (9, 7), 5), "PNG"),
+    "png_i16": lambda: encode(Image.new("I;16", (9, 7), 300), "PNG"),
+    "png_rgb": lambda: encode(Image.new("RGB", (9, 7), (1, 2, 3)), "PNG"),
+    "png_rgb_trns": lambda: _png_with_trns(Image.new("RGB", (9, 7), (1, 2, 3)), (1, 2, 3)),
+    "png_l_trns": lambda: _png_with_trns(Image.new("L", (9, 7), 5), 5),
+    "png_p": lambda: encode(Image.new("P", (9, 7), 3), "PNG"),
+    "png_p_trns": lambda: _png_with_trns(Image.new("P", (9, 7), 3), 3),
+    "png_la": lambda: encode(Image.new("LA", (9, 7), (5, 6)), "PNG"),
+    "png_rgba": lambda: encode(Image.new("RGBA", (9, 7), (1, 2, 3, 4)), "PNG"),
+    "webp_lossy": lambda: encode(Image.new("RGB", (9, 7), (1, 2, 3)), "WEBP"),
+    "webp_lossy_alpha": lambda: encode(Image.new("RGBA", (9, 7), (1, 2, 3, 4)), "WEBP"),
+    "webp_lossless": lambda: encode(Image.new("RGB", (9, 7), (1, 2, 3)), "WEBP", lossless=True),
+    "webp_lossless_alpha": lambda: encode(
+        Image.new("RGBA", (9, 7), (1, 2, 3, 4)), "WEBP", lossless=True
+    ),
+    "gif": lambda: encode(Image.new("P", (9, 7), 3), "GIF"),
+    "bmp": lambda: encode(Image.new("RGB", (9, 7), (1, 2, 3)), "BMP"),
+}
+
+
+@pytest.mark.parametrize("name", list(HEADER_MODE_CASES))
+@pytest.mark.parametrize("target", ["RGB", "L"])
+def test_the_header_decides_io_config_as_vllms_decoded_image_does(name: str, target: str) -> None:
+    data = HEADER_MODE_CASES[name]()
+    io = ImageMediaIO(target)
+    ref = io.load_bytes_ref(data)
+    vllm_item = MediaWithBytes(Image.new(target, (1, 1)), data, _vllm_io_config(data, target))
+    assert H(image=ref) == H(image=vllm_item)
+    assert not ref.is_decoded
+
+
+def test_an_exif_image_id_hashes_by_mediarefs_key_only_when_trusted() -> None:
+    data = encode(Image.new("RGB", (8, 6), "red"), "JPEG", exif=exif_block(image_id=IMAGE_ID))
+    vllm = H(image=_vllm_item(data, ImageMediaIO(), None))  # vLLM: the bytes (a text ImageID)
+    untrusted = ImageMediaIO(trust_exif_image_id=False).load_bytes_ref(data)
+    assert H(image=untrusted) == vllm
+    # Trusted, the ImageID is the identity two encodings share (docs/compat.md): the key.
+    trusted = ImageMediaIO(trust_exif_image_id=True).load_bytes_ref(data)
+    assert trusted.hash_view() is None
+    assert b"".join(MultiModalHasher.serialize_item(trusted)) == framed(trusted.key)
+    assert H(image=trusted) != vllm
+
+
+def test_an_image_refs_view_follows_forks_not_transforms_and_needs_its_bytes() -> None:
+    ref = ImageMediaIO().load_bytes_ref(encode(Image.new("RGB", (4, 4)), "PNG"))
+    assert ref.hash_view() is not None
+    assert H(image=ref.fork()) == H(image=ref)
+    assert ref.map(lambda image: image).hash_view() is not None  # identity kept
+    rotated = ref.map(lambda image: image.rotate(90), rotate=90)
+    assert rotated.hash_view() is None and H(image=rotated) != H(image=ref)  # keyed apart
+    ref.release()
+    with pytest.raises(RuntimeError, match="released"):
+        ref.hash_view()
 
 
 # --- PIL images -----------------------------------------------------------------------------------

@@ -295,7 +295,9 @@ def test_an_evicted_hit_that_fails_to_decode_late_is_still_a_422() -> None:
     good = ImageMediaIO().load_bytes_ref(image_bytes(41))
     processor.apply(processor.build_inputs(IMAGE_PROMPT, {"image": [good]}))
     _, corrupt_decoder = instrumented_ref(CORRUPT_IMAGE)
-    corrupt = MediaRef(CORRUPT_IMAGE, corrupt_decoder, good.spec, key=good.key)
+    corrupt = MediaRef(
+        CORRUPT_IMAGE, corrupt_decoder, good.spec, key=good.key, hash_view=good.hash_view
+    )
 
     inputs = processor.build_inputs(IMAGE_PROMPT, {"image": [corrupt]})
     with processor.apply_phase1(inputs) as state:

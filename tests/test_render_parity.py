@@ -28,7 +28,7 @@ DOCUMENT = json.loads(DATA.read_text())
 CASES: dict[str, dict[str, Any]] = DOCUMENT["cases"]
 
 OPEN: dict[str, str] = {
-    "features.mm_hashes": "mm_hashes are mediaref's keys, not yet vLLM's digests (issue 27, 4)",
+    "features.mm_hashes": "videos and audio hash by their key: vLLM's digests need a decode",
     "status": "a status that differs from vLLM's",
     "body": "a status that differs from vLLM's",
 }

@@ -1,7 +1,9 @@
 """Content hashes of multimodal items and their processing kwargs; fetched media is never decoded.
 
-A :class:`~mediaref.MediaRef` hashes as its precomputed ``key`` (encoded payload + decode spec),
-in a branch checked before every other. Every other value — media that user code supplies already
+A :class:`~mediaref.MediaRef` hashes, in a branch checked before every other, as what vLLM's hasher
+reads of the same item when its decoder knows that without decoding (``MediaRef.hash_view``: a
+fetched image's bytes and ``io_config``, so the digest is vLLM's), else as its precomputed
+``key`` (encoded payload + decode spec: videos, audio, an image keyed by a trusted EXIF ImageID). Every other value — media that user code supplies already
 decoded (PIL images, tensors, arrays, :class:`~mediaref.media.base.MediaWithBytes`), bytes,
 strings, numbers, containers — hashes to **exactly the digest vLLM 0.33 computes**, so a mediaref
 frontend and a vLLM frontend in front of one engine agree on item hashes
@@ -16,7 +18,7 @@ by re-partitioning their content::
             | 0x01 u64le(n) value{n}                 list or tuple
             | 0x02 u64le(n) (framed(str(k)) value){n}  dict, in insertion order
             | 0x03 leaf                              anything else
-            | 0x04 framed(ref.key)                   a MediaRef (mediaref's tag; vLLM has none)
+            | 0x04 framed(ref.key)                   a MediaRef without a hash view (mediaref's tag)
     framed(chunk) := u64le(len(chunk)) chunk
 
 A leaf is ``framed`` raw bytes (bytes, memoryview, UTF-8 str, ``numpy.array(number)`` bytes, an
@@ -44,7 +46,7 @@ import torch
 from PIL import ExifTags
 from PIL.Image import Image
 
-from mediaref.media.base import MediaRef, MediaWithBytes
+from mediaref.media.base import EncodedImageHashView, MediaRef, MediaWithBytes
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +119,11 @@ class MultiModalHasher:
     @classmethod
     def serialize_item(cls, obj: object) -> Iterable[Chunk]:
         """The chunks of one leaf value (what follows its tag in the stream)."""
-        if isinstance(obj, MediaRef):  # first: its key is its identity; never decode to hash
-            return _framed(obj.key)
+        if isinstance(obj, MediaRef):  # first: never decode to hash
+            view = obj.hash_view()
+            return _framed(obj.key) if view is None else cls.serialize_item(view)
+        if isinstance(obj, EncodedImageHashView):
+            return cls._serialize_encoded_image(obj.data, obj.io_config, None)
         if isinstance(obj, bytes):
             return _framed(obj)
         if isinstance(obj, memoryview):
@@ -158,20 +163,26 @@ class MultiModalHasher:
     def _serialize_media_with_bytes(cls, wrapped: MediaWithBytes[Any]) -> Iterable[Chunk] | None:
         media = wrapped.media
         if isinstance(media, Image):
-            image_id = _image_id_bytes(media)
-            if image_id is not None:
-                return _framed(image_id)
-            if wrapped.io_config:
-                return cls.iter_item_to_bytes(
-                    "image", {"io_config": wrapped.io_config, "data": wrapped.original_bytes}
-                )
-            return cls.iter_item_to_bytes("image", wrapped.original_bytes)
+            return cls._serialize_encoded_image(
+                wrapped.original_bytes, wrapped.io_config, _image_id_bytes(media)
+            )
         if isinstance(media, (np.ndarray, torch.Tensor)):
             # Decoded frames smaller than the file they came from are cheaper to hash.
             if media.nbytes < len(wrapped.original_bytes):
                 return cls.iter_item_to_bytes("video", media)
             return cls.iter_item_to_bytes("video", wrapped.original_bytes)
         return None  # other media: the wrapper is hashed like any other object
+
+    @classmethod
+    def _serialize_encoded_image(
+        cls, data: bytes, io_config: dict[str, Any] | None, image_id: bytes | None
+    ) -> Iterable[Chunk]:
+        # vLLM's MediaWithBytes image: its EXIF ImageID, else its bytes (with io_config if any).
+        if image_id is not None:
+            return _framed(image_id)
+        if io_config:
+            return cls.iter_item_to_bytes("image", {"io_config": io_config, "data": data})
+        return cls.iter_item_to_bytes("image", data)
 
     @classmethod
     def _serialize_tensor(cls, tensor: torch.Tensor) -> Iterable[Chunk]:
@@ -218,8 +229,9 @@ class MultiModalHasher:
     def iter_value_to_bytes(cls, obj: object) -> Iterable[Chunk]:
         """The chunks of one value, tagged by its kind (see the module docstring)."""
         if isinstance(obj, MediaRef):
-            yield _TAG_MEDIA_REF
-            yield from cls.serialize_item(obj)
+            view = obj.hash_view()  # what vLLM reads of the item, if the ref knows it
+            yield _TAG_MEDIA_REF if view is None else _TAG_LEAF
+            yield from _framed(obj.key) if view is None else cls.serialize_item(view)
         elif obj is None:
             yield _TAG_NONE
         elif isinstance(obj, (list, tuple)):

@@ -49,4 +49,19 @@ class MediaWithBytes(Generic[_T]):
         return getattr(self.media, name)
 
 
-__all__ = ["MediaWithBytes"]
+@dataclass(frozen=True)
+class EncodedImageHashView:
+    """What vLLM 0.33's hasher reads of a fetched image, known without decoding it.
+
+    vLLM hashes the ``MediaWithBytes`` its image decoder returns: the encoded bytes, with
+    ``io_config`` (the target mode and background) when converting to the target mode changed
+    the image. (Its EXIF ImageID branch takes only a ``uuid.UUID``, which Pillow never reads
+    from a file.) A :class:`~mediaref.media.base.MediaRef` offers this view
+    (``MediaRef.hash_view``) so that its item hash is vLLM's digest.
+    """
+
+    data: bytes = field(repr=False)
+    io_config: dict[str, Any] | None = None
+
+
+__all__ = ["EncodedImageHashView", "MediaWithBytes"]

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 import pybase64
 
 from mediaref.exceptions import MediaClientError, MediaTooLargeError
-from mediaref.media._media_with_bytes import MediaWithBytes
+from mediaref.media._media_with_bytes import EncodedImageHashView, MediaWithBytes
 from mediaref.media._shared_decode import SharedDecode
 from mediaref.media.decode_budget import MediaDecodedBudget
 
@@ -145,7 +145,7 @@ class MediaRef(Generic[_T]):
     logging it, handing it to numpy or testing membership never decodes. Say :meth:`decode`.
     """
 
-    __slots__ = ("__weakref__", "_decoded", "_key", "_shared", "_spec", "_value")
+    __slots__ = ("__weakref__", "_decoded", "_hash_view", "_key", "_shared", "_spec", "_value")
 
     def __init__(
         self,
@@ -154,19 +154,21 @@ class MediaRef(Generic[_T]):
         spec: DecodeSpec,
         *,
         key: bytes | None = None,
+        hash_view: Callable[[], object | None] | None = None,
     ) -> None:
         self._spec = spec
         self._key = derive_media_key(data, spec) if key is None else key
         self._shared: SharedDecode[_T] | None = SharedDecode(data, decoder)
         self._value: _T | None = None
         self._decoded = False
+        self._hash_view = hash_view
 
     @classmethod
     def from_decoded(cls, value: _U, *, key: bytes, spec: DecodeSpec) -> MediaRef[_U]:
         """A ref that is already decoded and carries no encoded bytes."""
         ref = cast("MediaRef[_U]", object.__new__(cls))
         ref._key, ref._spec, ref._shared = key, spec, None
-        ref._value, ref._decoded = value, True
+        ref._value, ref._decoded, ref._hash_view = value, True, None
         return ref
 
     @property
@@ -176,6 +178,21 @@ class MediaRef(Generic[_T]):
     @property
     def spec(self) -> DecodeSpec:
         return self._spec
+
+    def hash_view(self) -> object | None:
+        """What vLLM 0.33's hasher would read for this item, computed from the encoded bytes
+        (never decoding), or None: the ``key`` stands for the item in its hash.
+
+        A decoder offers a view only where its decode equals vLLM's for every setting the view
+        leaves out (images: ``EncodedImageHashView``), so an item hash built on it is both vLLM's
+        digest and a sound cache identity. RuntimeError once released (hash before releasing).
+        """
+        view = self._hash_view
+        if view is None:
+            return None
+        if self._shared is None:  # its bytes are gone: a key-based hash would be another identity
+            raise RuntimeError(f"{self!r} was released: its hash view needs its bytes")
+        return view()
 
     @property
     def data(self) -> bytes:
@@ -229,14 +246,19 @@ class MediaRef(Generic[_T]):
         )
         data = shared.data if shared is not None else b""
         # The closure holds the parent's shared decode, not the parent ref: releasing either
-        # leaves the other usable, and the payload lives while one of them still needs it.
-        return MediaRef(data, lambda: transform(parent_decode()), spec, key=key)
+        # leaves the other usable, and the payload lives while one of them still needs it. A
+        # transform with settings changes the output: the parent's hash view no longer holds.
+        hash_view = None if settings else self._hash_view
+        return MediaRef(
+            data, lambda: transform(parent_decode()), spec, key=key, hash_view=hash_view
+        )
 
     def fork(self) -> MediaRef[_T]:
         """An independently releasable wrapper borrowing this ref's decode, bytes, spec and key."""
         twin: MediaRef[_T] = MediaRef.__new__(MediaRef)
         twin._key, twin._spec, twin._shared = self._key, self._spec, self._shared
         twin._value, twin._decoded = self._value, self._decoded
+        twin._hash_view = self._hash_view
         return twin
 
     def release(self) -> None:
@@ -360,6 +382,7 @@ class MediaIO(ABC, Generic[_T]):
 __all__ = [
     "JPEG_FRAMES_MEDIA_TYPE",
     "DecodeSpec",
+    "EncodedImageHashView",
     "MediaDecodedBudget",
     "MediaIO",
     "MediaRef",

@@ -98,6 +98,11 @@ class ModelConfig:
     model: str
     """A local model directory (config.json, tokenizer and processor configs; no weights needed)."""
 
+    model_id: str | None = None
+    """The name item hashes carry for the model (vLLM's ``model_id``: its ``--model`` argument as
+    given); None: ``model``. A server given a built-in model's name hashes with that name, as
+    ``vllm launch render NAME`` would, not with the directory it resolves to."""
+
     mm_processor_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Extra kwargs for ``AutoProcessor.from_pretrained`` and the HF processor call."""
 

@@ -73,7 +73,8 @@ class BaseProcessingInfo:
 
     @property
     def model_id(self) -> str:
-        return self.ctx.model_config.model
+        config = self.ctx.model_config
+        return config.model if config.model_id is None else config.model_id
 
     def get_tokenizer(self) -> Any:
         return self.ctx.get_tokenizer()

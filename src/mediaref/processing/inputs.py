@@ -150,6 +150,12 @@ class ProcessorInputs:
                     f"{modality} item given as None has no UUID in multi_modal_uuids",
                     parameter="multi_modal_uuids",
                 )
+            if isinstance(item, MediaRef):
+                # Hashed as vLLM hashes it when the decoder knows what vLLM reads (an image's
+                # bytes), with vLLM's factors; else by its key, which holds the decode
+                # settings already (so media_io_kwargs would count twice).
+                view = item.hash_view()
+                item = item if view is None else view
             factors = _hash_factors(
                 modality,
                 self.hf_processor_mm_kwargs,

@@ -132,6 +132,7 @@ class RenderService:
                     self._model_dirs[directory] = name
                 config = ModelConfig(
                     model=directory,
+                    model_id=name,  # hashes name the model as given, as vLLM's do
                     mm_processor_cache_gb=options.mm_processor_cache_gb,
                     dtype=resolve_dtype(directory, options.dtype),
                 )

@@ -36,6 +36,7 @@ request's decoded-bytes budget (``VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES``, see ``d
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -48,6 +49,7 @@ from mediaref.exceptions import MediaRefError
 from mediaref.media._embedding_io import MAGIC_NUMPY_PREFIX, EmbeddingMediaIO
 from mediaref.media.base import (
     DecodeSpec,
+    EncodedImageHashView,
     MediaIO,
     MediaRef,
     MediaWithBytes,
@@ -81,6 +83,11 @@ from mediaref.media.image._pixels import (
 )
 
 _EXIF_IMAGE_ID_KIND = "exif-image-id"
+
+
+def _is_transparent(image: Image.Image) -> bool:
+    """Whether ``image`` carries transparency (an alpha band, or a ``transparency`` entry)."""
+    return image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
 
 
 class ImageMediaIO(MediaIO[Image.Image]):
@@ -175,10 +182,13 @@ class ImageMediaIO(MediaIO[Image.Image]):
             or gif_header(data)
         )
         image_id: bytes | None = None
+        mode: tuple[str, bool] | None = None  # Pillow's mode and whether it is transparent
         if container is not None:
             check_container_header(container)
             if container.exif is not None:
                 image_id = image_id_from_exif_block(container.exif)
+            if container.mode is not None:
+                mode = (container.mode, container.transparent)
         else:
             try:
                 header = open_image_header(data)
@@ -189,13 +199,52 @@ class ImageMediaIO(MediaIO[Image.Image]):
                 return MediaRef(data, lambda: self.load_bytes(data), self._spec)
             try:
                 image_id = read_exif_image_id(header.image) if want_exif else None
+                mode = (header.image.mode, _is_transparent(header.image))
             finally:
                 header.close()
         # The decode reopens the bytes: a failed attempt that is not memoized (MemoryError, a
         # budget refusal) leaves nothing half-consumed behind, and the next attempt starts clean.
         return MediaRef(
-            data, lambda: self.load_bytes(data), self._spec, key=self._key_for(image_id)
+            data,
+            lambda: self.load_bytes(data),
+            self._spec,
+            key=self._key_for(image_id),
+            # vLLM hashes a fetched image by its bytes (Pillow reads an ImageID as text, which
+            # its hasher does not take for an identity); a trusted ImageID keeps mediaref's key.
+            hash_view=(
+                None if image_id is not None else functools.partial(self._hash_view, data, mode)
+            ),
         )
+
+    def _hash_view(self, data: bytes, mode: tuple[str, bool] | None) -> EncodedImageHashView:
+        """What vLLM's hasher reads of this image (:meth:`MediaRef.hash_view`): its bytes, with
+        ``io_config`` when the conversion to ``image_mode`` changes the image."""
+        return EncodedImageHashView(data, io_config=self._io_config(data, mode))
+
+    def _io_config(self, data: bytes, mode: tuple[str, bool] | None) -> dict[str, Any] | None:
+        """vLLM's ``io_config``: the target mode and background, when converting the image to
+        ``image_mode`` changes it (another mode, or transparency flattened onto RGB). Read off
+        the header (``mode``: as the ref's header walk found it; None: Pillow's header)."""
+        if self.image_mode is None:
+            return None
+        if mode is None:
+            try:
+                header = open_image_header(data)
+            except MediaRefError:
+                return None  # the decode refuses it too: a failed item's hash is never used
+            except PAYLOAD_ERRORS:
+                return None
+            try:
+                mode = (header.image.mode, _is_transparent(header.image))
+            finally:
+                header.close()
+        image_mode, transparent = mode
+        if image_mode == self.image_mode and not (self.image_mode == "RGB" and transparent):
+            return None
+        return {
+            "image_mode": self.image_mode,
+            "rgba_background_color": self.rgba_background_color,
+        }
 
     def _key_for(self, image_id: bytes | None) -> bytes | None:
         """The EXIF ImageID key, or None to let the ref key off its bytes."""

@@ -33,11 +33,24 @@ _PNG_TEXT_KEPT = frozenset({b"Raw profile type exif", b"XML:com.adobe.xmp"})
 
 @dataclass(frozen=True)
 class ContainerHeader:
-    """An image's format, its size as the header declares it, and its EXIF block if it has one."""
+    """An image's format, its size as the header declares it, and its EXIF block if it has one.
+
+    ``mode`` is the mode Pillow will open it in and ``transparent`` whether it carries
+    transparency (what converting it to a mode changes), when the header says (None: ask
+    Pillow).
+    """
 
     format: str
     size: tuple[int, int]
     exif: bytes | None = None
+    mode: str | None = None
+    transparent: bool = False
+
+
+# Pillow's modes: a JPEG's by its component count, a PNG's by (colour type, bit depth).
+_JPEG_MODES = {1: "L", 3: "RGB", 4: "CMYK"}
+_PNG_MODES = {0: "L", 2: "RGB", 3: "P", 4: "LA", 6: "RGBA"}
+_PNG_GREY_MODES = {1: "1", 16: "I;16"}  # colour type 0 at these depths
 
 
 def webp_canvas_size(head: bytes) -> tuple[int, int] | None:
@@ -61,16 +74,30 @@ def webp_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
     size = webp_canvas_size(data[:WEBP_HEADER_BYTES])
     if size is None:
         return None
+    mode = "RGBA" if _webp_has_alpha(data) else "RGB"
     if not want_exif:
-        return ContainerHeader("WEBP", size)
+        return ContainerHeader("WEBP", size, mode=mode, transparent=mode == "RGBA")
     offset, end = 12, min(len(data), 8 + int.from_bytes(data[4:8], "little"))
+    exif = None
     while offset + 8 <= end:
         fourcc = data[offset : offset + 4]
         length = int.from_bytes(data[offset + 4 : offset + 8], "little")
         if fourcc == b"EXIF":
-            return ContainerHeader("WEBP", size, data[offset + 8 : offset + 8 + length])
+            exif = data[offset + 8 : offset + 8 + length]
+            break
         offset += 8 + length + (length & 1)  # chunks are padded to an even length
-    return ContainerHeader("WEBP", size)
+    return ContainerHeader("WEBP", size, exif, mode=mode, transparent=mode == "RGBA")
+
+
+def _webp_has_alpha(data: bytes) -> bool:
+    """libwebp's ``has_alpha`` feature, which Pillow opens a WebP as RGBA by: the extended
+    header's alpha flag, or a lossless bitstream's alpha hint."""
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        return bool(data[20] & 0x10)
+    if chunk == b"VP8L":
+        return bool(int.from_bytes(data[21:25], "little") >> 28 & 1)
+    return False
 
 
 def png_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
@@ -84,19 +111,22 @@ def png_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
     width, height = struct.unpack(">II", data[16:24])
     if not (0 < width < 2**31 and 0 < height < 2**31):
         return None
-    if not want_exif:
-        return ContainerHeader("PNG", (width, height))
+    depth, colour = data[24], data[25]
+    mode = _PNG_GREY_MODES.get(depth, "L") if colour == 0 else _PNG_MODES.get(colour)
+    exif: bytes | None = None
+    transparent = mode in ("LA", "RGBA")
     offset = 33  # signature (8) + IHDR (4 length, 4 type, 13 body, 4 CRC)
-    while offset + 8 <= len(data):
+    while offset + 8 <= len(data):  # the chunks before the pixels: few, and short
         length = int.from_bytes(data[offset : offset + 4], "big")
         kind = data[offset + 4 : offset + 8]
-        body = data[offset + 8 : offset + 8 + length]
-        if len(body) != length or kind in (b"IDAT", b"IEND"):
+        if kind in (b"IDAT", b"IEND") or offset + 12 + length > len(data):
             break
-        if kind == b"eXIf":
-            return ContainerHeader("PNG", (width, height), body)
+        if kind == b"tRNS":
+            transparent = True
+        elif kind == b"eXIf" and want_exif and exif is None:
+            exif = data[offset + 8 : offset + 8 + length]
         offset += 12 + length  # length, type, body, CRC
-    return ContainerHeader("PNG", (width, height))
+    return ContainerHeader("PNG", (width, height), exif, mode=mode, transparent=transparent)
 
 
 def gif_header(data: bytes) -> ContainerHeader | None:
@@ -246,7 +276,8 @@ def jpeg_header(data: bytes, *, want_exif: bool) -> ContainerHeader | None:
             width = int.from_bytes(segment[3:5], "big")
             if not (width and height):
                 return None
-            return ContainerHeader("JPEG", (width, height), exif)
+            mode = _JPEG_MODES.get(segment[5]) if len(segment) > 5 else None
+            return ContainerHeader("JPEG", (width, height), exif, mode=mode)
         elif marker == 0xDA:  # start of scan before any frame header
             return None
         offset += 2 + length
