@@ -5,7 +5,8 @@ subprocess: ``mediaref serve``, or vLLM 0.33's ``vllm launch render`` with ``--s
 attacker process per scenario (this script with ``--attacker NAME``, every attack of
 ``tests/security/_serve_attacks.py`` from its own loopback address), and this process, which sends
 the good traffic (small JPEG and text chat requests, ``--in-flight`` at a time) and polls
-``/health`` every 50 ms, each from an address of its own.
+``/health`` every 50 ms, each from an address of its own. The stalling media origin runs in a
+process of its own too.
 
 Scenarios: the good traffic alone; each attack alone at full strength (``FLOOD``: one client
 pushing as hard as it can); the standing mix (``MIX``: every attack at once, each at the strength
@@ -28,13 +29,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +81,33 @@ async def _attack_until_signalled(
     attack = Attack(url, source, stop, level, stall_url)
     await ATTACKS[name](attack)
     print(json.dumps(dict(attack.outcomes)), flush=True)
+
+
+def origin_main() -> int:
+    """The stalling origin in a process of its own: prints its URL, serves until SIGTERM."""
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    with StallingOrigin() as origin:
+        print(origin.url, flush=True)
+        stopped.wait()
+    return 0
+
+
+@contextlib.contextmanager
+def _origin_process() -> Iterator[str]:
+    """A stalling origin's URL, served by its own (niced) process: a media origin is another
+    machine, and in this process its thousands of connections would slow the measuring client."""
+    process = subprocess.Popen(
+        ["nice", "-n", "19", sys.executable, __file__, "--origin"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(60)
 
 
 def attacker_main(args: argparse.Namespace) -> int:
@@ -270,11 +301,11 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         server = ServerProcess(*SERVER_ARGS, env=SERVER_ENV)
     rows = []
     try:
-        with StallingOrigin() as origin:
+        with _origin_process() as origin_url:
             await run_good_traffic(server.url, bodies, args.in_flight)  # caches warm, as a server's
             for name, levels in scenarios:
                 rows.append(
-                    await _scenario(server, name, levels, origin.url, bodies, args.in_flight)
+                    await _scenario(server, name, levels, origin_url, bodies, args.in_flight)
                 )
                 print(f"  {rows[-1]['scenario']}: done", file=sys.stderr, flush=True)
     finally:
@@ -307,7 +338,10 @@ def main() -> int:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--stall-url", help=argparse.SUPPRESS)
     parser.add_argument("--source", help=argparse.SUPPRESS)
+    parser.add_argument("--origin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.origin:
+        return origin_main()
     if args.attacker:
         return attacker_main(args)
     rows = asyncio.run(measure(args))
