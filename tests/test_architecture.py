@@ -252,12 +252,17 @@ def test_no_module_imports_another_packages_private_module() -> None:
     assert not crossing, "\n".join(crossing)
 
 
+_DEV_EXTRAS = frozenset({"test", "bench"})  # tools for this repository, never imported by src/
+
+
 def _declared_dependencies() -> set[str]:
+    """The install's dependencies and its runtime extras (``mediaref[redis]``)."""
     tomllib = pytest.importorskip("tomllib")  # the standard library's from Python 3.11
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {
-        re.split(r"[\s<>=!~;\[]", spec, maxsplit=1)[0].lower() for spec in project["dependencies"]
-    }
+    extras = project.get("optional-dependencies", {})
+    specs = list(project["dependencies"])
+    specs += [spec for name, group in extras.items() if name not in _DEV_EXTRAS for spec in group]
+    return {re.split(r"[\s<>=!~;\[]", spec, maxsplit=1)[0].lower() for spec in specs}
 
 
 def _imported_distributions() -> dict[str, set[str]]:

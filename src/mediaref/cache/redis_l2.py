@@ -1,0 +1,436 @@
+"""A second-level processor cache on Redis, shared by a fleet of processes and machines.
+
+Each process keeps its own local cache (:class:`~mediaref.cache.MultiModalProcessorOnlyCache`);
+:class:`RedisLayeredProcessorCache` puts a Redis server under it. A local miss asks Redis before
+the item is decoded and processed; an item processed here is written back (by a background
+thread, never on the request's path). So a fleet of N render servers behind a load balancer
+shares one hit rate instead of N private ones::
+
+    is_cached(hashes)   local hit -> True
+                        local miss -> MGET from Redis -> verified, decoded, stored locally -> True
+                        else False: the processor decodes and processes the item
+    get_and_update()    local cache as before; each newly processed item queued for SET ... EX ttl
+
+**What is stored** is data only, never code: the item's prompt updates as the processing layer
+writes them (``PromptUpdatesCodec``: token ids or text, as JSON) and the item's fields in the
+shared-memory cache's layout (``_shm_serde``); an item whose prompt updates hold anything else (a
+position target, a custom mask function) stays local. An entry larger than ``max_entry_bytes`` is not written. Keys are
+``{prefix}:{namespace}:{mm_hash}``: the namespace stands for the model and every setting that
+changes processed output (:func:`settings_namespace`), the item hash for the item.
+
+**Integrity.** Every entry carries an HMAC-SHA256 over its key and payload, keyed by the fleet's
+secret (from a file or the environment; it is never stored in Redis). An entry that fails the
+check, or was copied from another key, is ignored, counted (``rejected``) and recomputed: never
+served. Whoever holds the secret can write entries every reader serves; whoever can reach Redis
+without it can only make items be recomputed.
+
+**Faults.** Every Redis call has a short socket timeout. After ``failures_to_open`` failures in a
+row the circuit opens: requests stop asking Redis (no added latency) and a background thread
+pings it every ``retry_after_s`` seconds, closing the circuit once it answers. A request never
+fails because of Redis; it only loses the L2 hit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mediaref.cache._base import BaseMultiModalProcessorCache, CacheInfo
+from mediaref.cache._items import MultiModalProcessorCacheInItem, MultiModalProcessorCacheOutItem
+from mediaref.cache._processor_only import MultiModalProcessorOnlyCache
+from mediaref.cache._shm_serde import deserialize_item, serialize_item
+from mediaref.inputs import MultiModalKwargsItem
+
+logger = logging.getLogger(__name__)
+
+_MAGIC = b"MRL2\x01"
+_MAC_BYTES = 32
+_LENGTH_BYTES = 4
+_WRITE_QUEUE = 256  # entries waiting to be written; past it, new ones are dropped (counted)
+
+
+@dataclass(frozen=True)
+class RedisL2Settings:
+    """Where the second-level cache lives and how it behaves."""
+
+    url: str
+    """``redis://HOST:PORT/DB`` (``rediss://`` for TLS, ``unix://`` for a socket)."""
+    secret: bytes = field(repr=False)
+    """The fleet's HMAC key: every process of the fleet must have the same one."""
+    namespace: str = ""
+    """The model and the settings that change its output (:func:`settings_namespace`)."""
+    prefix: str = "mediaref:l2"
+    ttl_s: int = 24 * 3600
+    """Seconds an entry lives in Redis after it is written."""
+    max_entry_bytes: int = 64 * 1024 * 1024
+    """Larger entries are not written (a 1080p image's Qwen2-VL item is ~6 MB)."""
+    timeout_s: float = 0.05
+    """Socket timeout of every Redis call: the most a request waits for Redis."""
+    failures_to_open: int = 3
+    """Failures in a row that open the circuit."""
+    retry_after_s: float = 2.0
+    """While the circuit is open, how often the background thread pings Redis."""
+
+    def __post_init__(self) -> None:
+        if len(self.secret) < 16:
+            raise ValueError("the L2 cache's secret must be at least 16 bytes")
+        if self.ttl_s <= 0 or self.max_entry_bytes <= 0 or self.timeout_s <= 0:
+            raise ValueError("ttl_s, max_entry_bytes and timeout_s must be positive")
+
+
+def settings_namespace(model_id: str, settings: Mapping[str, Any]) -> str:
+    """A short name for a model and every setting that changes its processed output: two
+    processes share entries exactly when both agree."""
+    canonical = json.dumps({"model": model_id, **settings}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def load_secret(path: str | None = None, *, env: Mapping[str, str] | None = None) -> bytes:
+    """The fleet secret: the file at ``path`` (its contents, stripped), else
+    ``MEDIAREF_CACHE_REDIS_SECRET``. ValueError when neither gives one."""
+    import os
+
+    if path:
+        with open(path, "rb") as handle:
+            secret = handle.read().strip()
+    else:
+        secret = (
+            (env if env is not None else os.environ).get("MEDIAREF_CACHE_REDIS_SECRET", "").encode()
+        )
+    if not secret:
+        raise ValueError(
+            "the Redis cache needs a fleet secret: --cache-redis-secret-file FILE or "
+            "MEDIAREF_CACHE_REDIS_SECRET"
+        )
+    return secret
+
+
+# -- entries -----------------------------------------------------------------------------------
+
+
+class UnstorableItem(ValueError):
+    """An item whose prompt updates are not plain data (it stays in the local cache)."""
+
+
+class PromptUpdatesCodec(Protocol):
+    """How the prompt updates of an item become bytes and back. The cache never looks inside
+    them; the processing layer knows their types (``mediaref.processing.stored_updates.PROMPT_UPDATES_JSON``)."""
+
+    def dumps(self, prompt_updates: Sequence[Any]) -> bytes:
+        """Data-only bytes; :class:`UnstorableItem` for updates that are not plain data."""
+        ...
+
+    def loads(self, data: bytes) -> Sequence[Any]: ...
+
+
+def encode_entry(
+    item: MultiModalKwargsItem, prompt_updates: Sequence[Any], codec: PromptUpdatesCodec
+) -> bytes:
+    """``(item, prompt_updates)`` as an entry's payload (before its MAC); UnstorableItem when
+    the prompt updates are not plain data."""
+    updates = codec.dumps(prompt_updates)
+    header, buffers, _ = serialize_item(item)
+    parts: list[bytes | memoryview] = [
+        len(updates).to_bytes(_LENGTH_BYTES, "little"),
+        updates,
+        header,
+        *buffers,
+    ]
+    return b"".join(parts)
+
+
+def decode_entry(
+    payload: bytes, codec: PromptUpdatesCodec
+) -> tuple[MultiModalKwargsItem, Sequence[Any]]:
+    """What :func:`encode_entry` wrote (the payload's MAC already checked)."""
+    length = int.from_bytes(payload[:_LENGTH_BYTES], "little")
+    end = _LENGTH_BYTES + length
+    updates = codec.loads(payload[_LENGTH_BYTES:end])
+    return deserialize_item(memoryview(payload)[end:]), updates
+
+
+def _mac(secret: bytes, key: bytes, payload: bytes) -> bytes:
+    digest = hmac.new(secret, len(key).to_bytes(4, "little") + key, hashlib.sha256)
+    digest.update(payload)
+    return digest.digest()
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+class RedisL2Store:
+    """Authenticated entries in Redis, behind a timeout and a circuit breaker.
+
+    ``stats`` counts ``hits``, ``misses``, ``rejected`` (failed the MAC or would not decode),
+    ``errors`` (Redis failed or timed out), ``skipped`` (asked while the circuit was open),
+    ``written``, ``not_written`` (too large, unstorable, or the write queue full),
+    ``bytes_read``, ``bytes_written``; ``seconds`` sums the time spent in reads.
+    """
+
+    def __init__(self, settings: RedisL2Settings, *, client: Any = None) -> None:
+        self.settings = settings
+        self.stats: Counter[str] = Counter()
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._open = False
+        self._closed = threading.Event()
+        self._client = client if client is not None else _client_for(settings)
+        self._writes: queue.Queue[tuple[str, bytes] | None] = queue.Queue(_WRITE_QUEUE)
+        self._writer = threading.Thread(target=self._write_loop, name="mediaref-l2-writer")
+        self._writer.daemon = True
+        self._writer.start()
+
+    @property
+    def circuit_open(self) -> bool:
+        return self._open
+
+    def redis_key(self, mm_hash: str) -> str:
+        return f"{self.settings.prefix}:{self.settings.namespace}:{mm_hash}"
+
+    def get_many(self, mm_hashes: Sequence[str]) -> list[bytes | None]:
+        """The verified payload stored for each hash, None where there is none (or Redis
+        cannot say in time)."""
+        if not mm_hashes:
+            return []
+        if self._open:
+            self.stats["skipped"] += len(mm_hashes)
+            return [None] * len(mm_hashes)
+        keys = [self.redis_key(h) for h in mm_hashes]
+        start = time.perf_counter()
+        try:
+            values = self._client.mget(keys)
+        except Exception as exc:  # redis errors, timeouts, a garbled reply: all the same here
+            self._failed(exc)
+            return [None] * len(mm_hashes)
+        finally:
+            self.seconds += time.perf_counter() - start
+        self._succeeded()
+        found: list[bytes | None] = []
+        for key, value in zip(keys, values, strict=True):
+            found.append(self._verified(key, value))
+        return found
+
+    def _verified(self, key: str, value: object) -> bytes | None:
+        if value is None:
+            self.stats["misses"] += 1
+            return None
+        if not isinstance(value, bytes) or len(value) < len(_MAGIC) + _MAC_BYTES:
+            self.stats["rejected"] += 1
+            return None
+        self.stats["bytes_read"] += len(value)
+        mac = value[len(_MAGIC) : len(_MAGIC) + _MAC_BYTES]
+        payload = value[len(_MAGIC) + _MAC_BYTES :]
+        expected = _mac(self.settings.secret, key.encode(), payload)
+        if value[: len(_MAGIC)] != _MAGIC or not hmac.compare_digest(mac, expected):
+            self.stats["rejected"] += 1
+            return None
+        self.stats["hits"] += 1
+        return payload
+
+    def put(self, mm_hash: str, payload: bytes) -> None:
+        """Queue ``payload`` to be written under ``mm_hash``; never blocks."""
+        if len(payload) + len(_MAGIC) + _MAC_BYTES > self.settings.max_entry_bytes:
+            self.stats["not_written"] += 1
+            return
+        try:
+            self._writes.put_nowait((mm_hash, payload))
+        except queue.Full:
+            self.stats["not_written"] += 1
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Wait until every queued write was attempted (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while self._writes.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def _write_loop(self) -> None:
+        while True:
+            job = self._writes.get()
+            try:
+                if job is None:
+                    return
+                self._write(*job)
+            finally:
+                self._writes.task_done()
+
+    def _write(self, mm_hash: str, payload: bytes) -> None:
+        if self._open:
+            self.stats["not_written"] += 1
+            return
+        key = self.redis_key(mm_hash)
+        value = _MAGIC + _mac(self.settings.secret, key.encode(), payload) + payload
+        try:
+            self._client.set(key, value, ex=self.settings.ttl_s)
+        except Exception as exc:
+            self.stats["not_written"] += 1
+            self._failed(exc)
+            return
+        self._succeeded()
+        self.stats["written"] += 1
+        self.stats["bytes_written"] += len(value)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.stats["errors"] += 1
+        with self._lock:
+            self._failures += 1
+            if self._open or self._failures < self.settings.failures_to_open:
+                return
+            self._open = True
+        logger.warning(
+            "the Redis cache at %s failed %d times in a row (%s); requests go without it "
+            "and it is retried every %.1f s",
+            _redacted(self.settings.url),
+            self.settings.failures_to_open,
+            type(exc).__name__,
+            self.settings.retry_after_s,
+        )
+        threading.Thread(
+            target=self._probe_until_back, name="mediaref-l2-probe", daemon=True
+        ).start()
+
+    def _succeeded(self) -> None:
+        self._failures = 0
+
+    def _probe_until_back(self) -> None:
+        while not self._closed.wait(self.settings.retry_after_s):
+            try:
+                self._client.ping()
+            except Exception:
+                continue
+            with self._lock:
+                self._failures, self._open = 0, False
+            logger.info("the Redis cache at %s answers again", _redacted(self.settings.url))
+            return
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self._writes.put_nowait(None)
+        except queue.Full:
+            pass
+        self._writer.join(5)
+        close = getattr(self._client, "close", None)
+        if callable(close):
+            close()
+
+
+def _client_for(settings: RedisL2Settings) -> Any:
+    try:
+        import redis
+    except ImportError as exc:  # an optional dependency
+        raise ImportError(
+            "the Redis cache needs the redis package: pip install 'mediaref[redis]'"
+        ) from exc
+    return redis.Redis.from_url(
+        settings.url,
+        socket_timeout=settings.timeout_s,
+        socket_connect_timeout=settings.timeout_s,
+        retry_on_timeout=False,
+        health_check_interval=0,
+    )
+
+
+def _redacted(url: str) -> str:
+    """``url`` without a password, for logs."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
+
+
+# -- the layered cache -------------------------------------------------------------------------
+
+
+class RedisLayeredProcessorCache(BaseMultiModalProcessorCache):
+    """A local :class:`MultiModalProcessorOnlyCache` with a :class:`RedisL2Store` under it (see
+    the module docstring). Usable without the server: pass it as a processor's ``cache``."""
+
+    def __init__(
+        self, local: MultiModalProcessorOnlyCache, store: RedisL2Store, codec: PromptUpdatesCodec
+    ) -> None:
+        self.local = local
+        self.store = store
+        self.codec = codec
+
+    def is_cached_item(self, mm_hash: str) -> bool:
+        return self.is_cached([mm_hash])[0]
+
+    def is_cached(self, mm_hashes: Sequence[str]) -> list[bool]:
+        cached = self.local.is_cached(mm_hashes)
+        missing = [h for h, hit in zip(mm_hashes, cached, strict=True) if not hit]
+        if not missing:
+            return cached
+        fetched = dict(zip(missing, self.store.get_many(missing), strict=True))
+        for index, mm_hash in enumerate(mm_hashes):
+            payload = fetched.get(mm_hash)
+            if cached[index] or payload is None:
+                continue
+            try:
+                item, updates = decode_entry(payload, self.codec)
+            except Exception:  # authenticated, yet unreadable (another mediaref's layout)
+                self.store.stats["rejected"] += 1
+                continue
+            self.local.get_and_update([(item, updates)], [mm_hash])
+            cached[index] = self.local.is_cached_item(mm_hash)
+        return cached
+
+    def get_and_update_item(
+        self, mm_item: MultiModalProcessorCacheInItem, mm_hash: str
+    ) -> MultiModalProcessorCacheOutItem:
+        return self.get_and_update([mm_item], [mm_hash])[0]
+
+    def get_and_update(
+        self, mm_items: Sequence[MultiModalProcessorCacheInItem], mm_hashes: Sequence[str]
+    ) -> list[MultiModalProcessorCacheOutItem]:
+        out = self.local.get_and_update(mm_items, mm_hashes)
+        for mm_item, mm_hash in zip(mm_items, mm_hashes, strict=True):
+            if mm_item is None:
+                continue  # a hit: already in Redis, or it came from there
+            try:
+                payload = encode_entry(*mm_item, self.codec)
+            except (UnstorableItem, ValueError):
+                self.store.stats["not_written"] += 1
+                continue
+            self.store.put(mm_hash, payload)
+        return out
+
+    def touch_sender_cache_item(self, mm_hash: str) -> None:
+        self.local.touch_sender_cache_item(mm_hash)
+
+    def make_stats(self, *, delta: bool = False) -> CacheInfo:
+        return self.local.make_stats(delta=delta)
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.local.capacity_bytes
+
+    def clear_cache(self) -> None:
+        """Clears the local cache; Redis entries expire on their own (they are the fleet's)."""
+        self.local.clear_cache()
+
+    def close(self) -> None:
+        self.store.close()
+        self.local.close()
+
+
+__all__ = [
+    "PromptUpdatesCodec",
+    "RedisL2Settings",
+    "RedisL2Store",
+    "RedisLayeredProcessorCache",
+    "UnstorableItem",
+    "decode_entry",
+    "encode_entry",
+    "load_secret",
+    "settings_namespace",
+]
