@@ -186,6 +186,35 @@ def _add_client_limit_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_redis_cache_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache-redis-url",
+        default="",
+        metavar="URL",
+        help="a Redis server (redis://HOST:PORT/DB) under the processor cache, shared by a fleet "
+        "of servers (default: none)",
+    )
+    parser.add_argument(
+        "--cache-redis-secret-file",
+        default="",
+        metavar="FILE",
+        help="the fleet's secret that authenticates every Redis entry (default: "
+        "MEDIAREF_CACHE_REDIS_SECRET)",
+    )
+    parser.add_argument(
+        "--cache-redis-ttl-s",
+        type=int,
+        default=24 * 3600,
+        help="seconds a Redis entry lives (default: 86400)",
+    )
+    parser.add_argument(
+        "--cache-redis-max-entry-mb",
+        type=float,
+        default=64.0,
+        help="larger processed items are not written to Redis (default: 64)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mediaref",
@@ -221,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_client_limit_options(serve)
     _add_media_options(serve, local_default="")
+    _add_redis_cache_options(serve)
     serve.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
@@ -269,6 +299,10 @@ _SERVE_ONLY = (
     "max_fetch_connections_per_client",
     "refusals_per_client_second",
     "log_level",
+    "cache_redis_url",
+    "cache_redis_secret_file",
+    "cache_redis_ttl_s",
+    "cache_redis_max_entry_mb",
 )
 
 

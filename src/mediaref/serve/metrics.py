@@ -17,6 +17,12 @@ process-global one, so two servers in one process (the tests) never share or cla
 ``mediaref_mm_cache_misses_total{model}``              ... that missed
 ``mediaref_mm_cache_evictions_total{model}``           items the cache dropped to make room
 ``mediaref_mm_cache_bytes{model}``                     bytes the cache holds now
+``mediaref_l2_cache_<event>_total{model}``             the Redis cache (``--cache-redis-url``):
+                                                       hits, misses, rejected (failed the MAC),
+                                                       errors, skipped (circuit open), written,
+                                                       not_written, bytes_read, bytes_written
+``mediaref_l2_cache_read_seconds_total{model}``        time spent reading it
+``mediaref_l2_cache_circuit_open{model}``              1 while requests go without it
 ====================================================  ==========================================
 
 The cache figures are read from each model's cache when scraped (its own cumulative counters),
@@ -148,10 +154,67 @@ class _CacheCollector(Collector):
         yield from (hits, misses, evictions, size)
 
 
+class L2StoreLike(Protocol):
+    """What the metrics read of a :class:`~mediaref.cache.redis_l2.RedisL2Store`."""
+
+    @property
+    def stats(self) -> Mapping[str, int]: ...
+
+    @property
+    def seconds(self) -> float: ...
+
+    @property
+    def circuit_open(self) -> bool: ...
+
+
+L2_EVENTS = (
+    "hits",
+    "misses",
+    "rejected",
+    "errors",
+    "skipped",
+    "written",
+    "not_written",
+    "bytes_read",
+    "bytes_written",
+)
+
+
+class _L2Collector(Collector):
+    def __init__(self, stores: Mapping[str, L2StoreLike]) -> None:
+        self._stores = stores
+
+    def collect(self) -> Iterator[Metric]:
+        events = {
+            event: CounterMetricFamily(
+                f"mediaref_l2_cache_{event}", f"Redis cache: {event}", labels=["model"]
+            )
+            for event in L2_EVENTS
+        }
+        seconds = CounterMetricFamily(
+            "mediaref_l2_cache_read_seconds", "Time spent reading the Redis cache", labels=["model"]
+        )
+        circuit = GaugeMetricFamily(
+            "mediaref_l2_cache_circuit_open",
+            "1 while requests go without the Redis cache",
+            labels=["model"],
+        )
+        for model, store in self._stores.items():
+            for event, family in events.items():
+                family.add_metric([model], store.stats.get(event, 0))
+            seconds.add_metric([model], store.seconds)
+            circuit.add_metric([model], float(store.circuit_open))
+        yield from (*events.values(), seconds, circuit)
+
+
 class ServeMetrics:
     """The counters and histograms one server updates, in a registry of its own."""
 
-    def __init__(self, caches: Mapping[str, ProcessorCacheLike | None] | None = None) -> None:
+    def __init__(
+        self,
+        caches: Mapping[str, ProcessorCacheLike | None] | None = None,
+        l2_stores: Mapping[str, L2StoreLike] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "mediaref_requests",
@@ -198,6 +261,8 @@ class ServeMetrics:
         }
         if self._watches:
             self.registry.register(_CacheCollector(self._watches))
+        if l2_stores:
+            self.registry.register(_L2Collector(l2_stores))
 
     def observe_stages(self, stage_secs: Mapping[str, float]) -> None:
         """A rendered request's stage timings (a :class:`~mediaref.registry.TimingContext`'s)."""
@@ -217,4 +282,11 @@ class ServeMetrics:
         return generate_latest(self.registry)
 
 
-__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "ProcessorCacheLike", "ServeMetrics"]
+__all__ = [
+    "CONTENT_TYPE",
+    "L2_EVENTS",
+    "LATENCY_BUCKETS",
+    "L2StoreLike",
+    "ProcessorCacheLike",
+    "ServeMetrics",
+]

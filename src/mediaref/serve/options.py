@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Literal
 
 from mediaref import envs
+from mediaref.cache.redis_l2 import load_secret
 from mediaref.models.builtin import BUILTIN_MODEL_NAMES, builtin_model_path
+from mediaref.processing.context import DTYPES
 
 DEFAULT_MODEL = "qwen2_vl"
 """The built-in model served when no ``--model`` is given (it loads offline, from the package)."""
@@ -112,6 +114,15 @@ class ServeOptions:
     dtype: str = "auto"
     """vLLM's ``--dtype``: floating-point tensors are sent in it; ``auto`` resolves as vLLM does
     (the model's own dtype, float32 downcast to bfloat16)."""
+    cache_redis_url: str = ""
+    """A Redis server the processor cache layers over (``redis://HOST:PORT/DB``): a fleet of
+    servers shares one hit rate (:mod:`mediaref.cache.redis_l2`); "": none."""
+    cache_redis_secret_file: str = ""
+    """The fleet's HMAC secret for the Redis entries; "": ``MEDIAREF_CACHE_REDIS_SECRET``."""
+    cache_redis_ttl_s: int = 24 * 3600
+    """Seconds a Redis entry lives after it is written."""
+    cache_redis_max_entry_mb: float = 64.0
+    """Larger processed items are not written to Redis."""
     tensor_format: TensorFormat = "vllm"
     """How processed tensors are written: ``vllm`` (vLLM's render server's msgpack, which its
     engines read) or ``safetensors`` (any client reads it; the features gain ``kwargs_info``)."""
@@ -172,6 +183,22 @@ class ServeOptions:
         local = self.allowed_local_media_path
         if local and not Path(local).is_dir():
             raise ValueError(f"allowed_local_media_path {local!r} is not a directory")
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(
+                f"dtype must be auto or one of {', '.join(DTYPES)}, got {self.dtype!r}"
+            )
+        if self.cache_redis_url:
+            self._check_redis_cache()
+
+    def _check_redis_cache(self) -> None:
+        scheme = self.cache_redis_url.partition("://")[0]
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(
+                f"cache_redis_url must be a redis://, rediss:// or unix:// URL, got {scheme!r}"
+            )
+        if not self.cache_redis_ttl_s > 0 or not self.cache_redis_max_entry_mb > 0:
+            raise ValueError("cache_redis_ttl_s and cache_redis_max_entry_mb must be positive")
+        load_secret(self.cache_redis_secret_file or None)  # refused now, not at the first request
 
     @property
     def default_model(self) -> str:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mediaref.cache.redis_l2 import RedisLayeredProcessorCache
 from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
 from mediaref.media.base import MediaRef
 from mediaref.media.connector import (
@@ -41,7 +42,7 @@ from mediaref.media.connector import (
 )
 from mediaref.media.decode_budget import MediaDecodedBudget
 from mediaref.processing.context import ModelConfig, resolve_dtype
-from mediaref.registry import TimingContext
+from mediaref.registry import MULTIMODAL_REGISTRY, TimingContext
 from mediaref.renderers.base import BaseRenderer, MultiModalRequest
 from mediaref.renderers.chat_utils import parse_chat_messages_async
 from mediaref.serve.client_limits import ClientSemaphores, FairGate
@@ -49,6 +50,7 @@ from mediaref.serve.encoded_cache import EncodedItemCache
 from mediaref.serve.errors import ModelNotFoundError
 from mediaref.serve.fair_pool import FairPool
 from mediaref.serve.features import build_features, item_info
+from mediaref.serve.fleet_cache import redis_layered_cache
 from mediaref.serve.metrics import ServeMetrics
 from mediaref.serve.options import ServeOptions, resolve_model_dir
 from mediaref.serve.prompt_checks import (
@@ -124,6 +126,7 @@ class RenderService:
         # bodies and responses); a request's short work runs where it is (INLINE_TEXT_CHARS).
         self.pool = FairPool("render", 2 * cores, per_client=max(1, cores // 2))
         self.processing: dict[str, FairGate] = {}
+        self.fleet_caches: dict[str, RedisLayeredProcessorCache] = {}
         self.fetch_slots = ClientSemaphores(options.fetch_connections_per_client)
         try:
             for name in options.models:
@@ -136,7 +139,7 @@ class RenderService:
                     mm_processor_cache_gb=options.mm_processor_cache_gb,
                     dtype=resolve_dtype(directory, options.dtype),
                 )
-                renderer: BaseRenderer[Any] = BaseRenderer(config)
+                renderer: BaseRenderer[Any] = self._renderer(name, config)
                 self.renderers[name] = renderer
                 self.placeholders[name] = PlaceholderTokens(renderer)
                 self.processing[name] = FairGate(2 * cores, per_client=cores)
@@ -144,8 +147,21 @@ class RenderService:
             self.close()
             raise
         self.encoded = EncodedItemCache(int(options.encoded_cache_mb * 1024 * 1024))
+        # The metrics watch the local caches: asking the layered one would ask Redis.
+        caches: dict[str, Any] = {name: r.mm_processor_cache for name, r in self.renderers.items()}
+        caches.update({name: cache.local for name, cache in self.fleet_caches.items()})
         self.metrics = metrics or ServeMetrics(
-            {name: r.mm_processor_cache for name, r in self.renderers.items()}
+            caches, {name: cache.store for name, cache in self.fleet_caches.items()}
+        )
+
+    def _renderer(self, name: str, config: ModelConfig) -> BaseRenderer[Any]:
+        """The model's renderer; with ``--cache-redis-url``, its processor cache over Redis."""
+        if not self.options.cache_redis_url:
+            return BaseRenderer(config)
+        cache = redis_layered_cache(name, config, self.options)
+        self.fleet_caches[name] = cache
+        return BaseRenderer(
+            config, mm_processor=MULTIMODAL_REGISTRY.create_processor(config, cache=cache)
         )
 
     def warmup(self) -> None:
@@ -157,6 +173,8 @@ class RenderService:
         self.pool.close()
         for renderer in self.renderers.values():
             renderer.shutdown()
+        for cache in self.fleet_caches.values():
+            cache.close()
 
     def public_message(self, message: str) -> str:
         """``message`` as a client may read it: a model's directory becomes its served name."""
