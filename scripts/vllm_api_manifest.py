@@ -11,7 +11,17 @@ public methods and properties and its constructor (a dataclass's generated ``__i
 
 What counts as public: a module's ``__all__`` when it has one; otherwise every name the module
 defines (``def``, ``class``, assignments, type aliases) that does not start with ``_``, except
-``logger``. Names a module merely imports are not its API, except through ``__all__``.
+``logger``. Names a module merely imports are not among its public names, except through
+``__all__`` (or a package ``__init__``'s imports); they are recorded apart, as re-exports.
+
+Re-exports: each module also records, under ``reexports``, the public names it imports at
+module level from another mirrored vLLM module (``from vllm.multimodal.video_decoders import X``,
+relative imports inside the mirrored packages), with the module each comes from and its name
+there. vLLM's own code and tests import such names from the importing module, so mediaref must
+have them there too. Skipped: names starting with ``_``, names already among the module's public
+names, imports under ``if TYPE_CHECKING:`` or inside functions (not attributes of the module at
+run time), ``*`` imports and ``from .x import __all__ as name``, and names from outside the
+mirrored prefixes (torch, ``vllm.logger``, ``vllm.config``).
 """
 
 from __future__ import annotations
@@ -262,7 +272,50 @@ def _definitions(tree: ast.Module) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _module(source: str, *, is_package: bool, sibling_all: Any) -> dict[str, Any]:
+def _is_mirrored(vllm_module: str) -> bool:
+    try:
+        mediaref_module(vllm_module)
+    except KeyError:
+        return False
+    return True
+
+
+def _import_source(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module an ``ImportFrom`` reads, relative ones resolved from ``package``."""
+    if node.level == 0:
+        return node.module or ""
+    parts = package.split(".")
+    base = ".".join(parts[: len(parts) - (node.level - 1)])
+    return f"{base}.{node.module}" if node.module else base
+
+
+def _reexports(body: list[ast.stmt], package: str) -> dict[str, dict[str, str]]:
+    """Public names imported at module level from a mirrored vLLM module: name -> the module it
+    comes from and its name there (an ``as`` alias differs)."""
+    found: dict[str, dict[str, str]] = {}
+    for node in body:
+        if isinstance(node, ast.ImportFrom):
+            source = _import_source(node, package)
+            if not _is_mirrored(source):
+                continue
+            for alias in node.names:
+                name = alias.asname or alias.name
+                # ``*`` and ``__all__ as name`` are covered by ``__all__``; ``_x as y`` is private.
+                if alias.name != "*" and _is_public(alias.name) and _is_public(name):
+                    found.setdefault(name, {"module": source, "name": alias.name})
+        elif isinstance(node, ast.If):
+            type_checking = ast.unparse(node.test).endswith("TYPE_CHECKING")
+            branches = node.orelse if type_checking else node.body + node.orelse
+            for name, origin in _reexports(branches, package).items():
+                found.setdefault(name, origin)
+        elif isinstance(node, ast.Try):
+            inner = node.body + [s for h in node.handlers for s in h.body] + node.orelse
+            for name, origin in _reexports(inner + node.finalbody, package).items():
+                found.setdefault(name, origin)
+    return found
+
+
+def _module(source: str, *, package: str, is_package: bool, sibling_all: Any) -> dict[str, Any]:
     tree = ast.parse(source)
     defined = _definitions(tree)
     _inherit_dataclass_fields(defined)
@@ -277,7 +330,10 @@ def _module(source: str, *, is_package: bool, sibling_all: Any) -> dict[str, Any
     for name in exported:
         described = defined.get(name, {"kind": "imported"})
         names[name] = described
-    return {"names": dict(sorted(names.items()))}
+    reexports = {
+        name: origin for name, origin in _reexports(tree.body, package).items() if name not in names
+    }
+    return {"names": dict(sorted(names.items())), "reexports": dict(sorted(reexports.items()))}
 
 
 def build_manifest(wheel: Path) -> dict[str, Any]:
@@ -302,7 +358,9 @@ def build_manifest(wheel: Path) -> dict[str, Any]:
             continue
         is_package = path.endswith("__init__.py")
         package = name if is_package else name.rsplit(".", 1)[0]
-        described = _module(source, is_package=is_package, sibling_all=sibling_all_of(package))
+        described = _module(
+            source, package=package, is_package=is_package, sibling_all=sibling_all_of(package)
+        )
         modules[name] = {"mediaref": mediaref_module(name), **described}
     return {
         "vllm_version": VLLM_VERSION,
@@ -345,7 +403,11 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     names = sum(len(m["names"]) for m in manifest["modules"].values())
-    print(f"{args.out}: {len(manifest['modules'])} modules, {names} public names")
+    reexports = sum(len(m["reexports"]) for m in manifest["modules"].values())
+    print(
+        f"{args.out}: {len(manifest['modules'])} modules, {names} public names, "
+        f"{reexports} re-exports"
+    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ hands it to the registered factories, and gives each request a processing
 :class:`~mediaref.processing.context.TimingContext` (:class:`MultiModalTimingRegistry`;
 ``TimingContext`` is re-exported here, where vLLM's registry imports it). On import it tells
 :class:`~mediaref.processing.context.ModelConfig` how to learn whether a model's family supports
-``mm_device_do_normalize`` (:meth:`MultiModalRegistry.supports_mm_device_do_normalize`).
+``mm_device_do_normalize`` (:meth:`MultiModalRegistry.supports_mm_device_do_normalize`) and
+whether a processor is registered for it at all (``ModelConfig.is_multimodal_model``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from mediaref.processing import (
     BaseProcessingInfo,
     InputProcessingContext,
     TimingContext,
+    set_multimodal_model_support,
 )
 from mediaref.processing.context import ModelConfig, set_device_normalize_support
 
@@ -236,25 +238,35 @@ class MultiModalRegistry:
             )
         return model_type
 
-    def get_factories(self, model_config: ModelConfig) -> _ProcessorFactories[Any]:
-        """The model's factories: by ``family`` when set, else by the first registered
-        architecture in config.json, else by its ``model_type``."""
+    def _find_factories(self, model_config: ModelConfig) -> _ProcessorFactories[Any] | None:
+        """The model's factories (see :meth:`get_factories`); None when none are registered."""
         self._load_builtins()
         if model_config.family is None:
             architectures = _read_model_json(model_config).get("architectures") or []
             for architecture in architectures:
                 if architecture in self._architectures:
                     return self._architectures[architecture]
-        family = self.get_family(model_config)
-        try:
-            return self._families[family]
-        except KeyError:
-            registered = sorted(self._families) + sorted(self._architectures)
-            raise VLLMValidationError(
-                f"no multimodal processor is registered for {family!r} "
-                f"(registered: {', '.join(registered)})",
-                parameter="model",
-            ) from None
+        return self._families.get(self.get_family(model_config))
+
+    def _not_registered(self, model_config: ModelConfig) -> str:
+        registered = sorted(self._families) + sorted(self._architectures)
+        return (
+            f"no multimodal processor is registered for {self.get_family(model_config)!r} "
+            f"(registered: {', '.join(registered)})"
+        )
+
+    def _is_multimodal_model(self, model_config: ModelConfig) -> bool:
+        """``ModelConfig.is_multimodal_model``: whether this registry has a processor for the
+        model (an unreadable config.json raises)."""
+        return self._find_factories(model_config) is not None
+
+    def get_factories(self, model_config: ModelConfig) -> _ProcessorFactories[Any]:
+        """The model's factories: by ``family`` when set, else by the first registered
+        architecture in config.json, else by its ``model_type``."""
+        factories = self._find_factories(model_config)
+        if factories is None:
+            raise VLLMValidationError(self._not_registered(model_config), parameter="model")
+        return factories
 
     def supports_mm_device_do_normalize(self, model_config: ModelConfig) -> bool:
         """Whether the model's family can leave rescale + normalize to the device (False for a
@@ -299,8 +311,21 @@ class MultiModalRegistry:
     ) -> BaseMultiModalProcessor[Any]:
         """A processor for the model (``tokenizer``: None loads the model's own), loading its
         HF files offline. ``cache`` (mediaref) is the cache :meth:`~BaseMultiModalProcessor.build_inputs`
-        hands the processor's inputs."""
-        factories = self.get_factories(model_config)
+        hands the processor's inputs.
+
+        A model this registry has no processor for is refused as vLLM refuses it,
+        ``ValueError("<served_model_name or model> is not a multimodal model")`` (a
+        :class:`~mediaref.exceptions.VLLMValidationError`, whose message goes on to name the
+        model's family and the registered ones). For :data:`MULTIMODAL_REGISTRY` that is a
+        model whose ``ModelConfig.is_multimodal_model`` is False.
+        """
+        factories = self._find_factories(model_config)
+        if factories is None:
+            model_name = model_config.served_model_name or model_config.model
+            raise VLLMValidationError(
+                f"{model_name} is not a multimodal model: {self._not_registered(model_config)}",
+                parameter="model",
+            )
         processor = factories.build_processor(self._create_processing_ctx(model_config, tokenizer))
         processor.cache = cache
         return processor
@@ -318,6 +343,7 @@ MULTIMODAL_REGISTRY = MultiModalRegistry(_BUILTIN_FAMILY_MODULES)
 """The process-wide registry the built-in families register with."""
 
 set_device_normalize_support(MULTIMODAL_REGISTRY.supports_mm_device_do_normalize)
+set_multimodal_model_support(MULTIMODAL_REGISTRY._is_multimodal_model)
 
 __all__ = [
     "MULTIMODAL_REGISTRY",

@@ -2,7 +2,9 @@
 
 An alias that holds no code: everything here lives in :mod:`mediaref.media.video` (see
 :mod:`mediaref.media.video.loader_registry` for writing a loader). vLLM's
-``PyNvVideoCodecVideoBackend`` (NVDEC) is not part of mediaref (docs/compat.md).
+``PyNvVideoCodecVideoBackend`` (NVDEC) is not part of mediaref (docs/compat.md). The codec names
+vLLM's module imports from ``vllm.multimodal.video_decoders`` (``VideoSourceMetadata``,
+``decode_video``, ...) are re-exported here too, as vLLM's own tests import them from this path.
 """
 
 from __future__ import annotations
@@ -35,9 +37,18 @@ from mediaref.media.video import (
     sample_frame_indices,
     sample_frames_from_video,
 )
+from mediaref.video_decoders import (
+    PYNVVIDEOCODEC_VIDEO_BACKEND,
+    VideoDecoderBackend,
+    VideoSourceMetadata,
+    VideoTargetMetadata,
+    decode_video,
+    resolve_video_backend_kwargs,
+)
 
 __all__ = [
     "DEFAULT_JPEG_FRAMES_FPS",
+    "PYNVVIDEOCODEC_VIDEO_BACKEND",
     "VIDEO_LOADER_REGISTRY",
     "ClefOmniVideoBackend",
     "DecodedFrames",
@@ -53,14 +64,19 @@ __all__ = [
     "Qwen2VLVideoBackend",
     "Qwen3VLVideoBackend",
     "VideoBackend",
+    "VideoDecoderBackend",
     "VideoFrames",
     "VideoLoader",
     "VideoLoaderRegistry",
     "VideoMetadata",
+    "VideoSourceMetadata",
+    "VideoTargetMetadata",
+    "decode_video",
     "get_video_loader_backend_for_processor",
     "load_jpeg_frames",
     "rescale_video_size",
     "resize_video",
+    "resolve_video_backend_kwargs",
     "sample_frame_indices",
     "sample_frames_from_video",
 ]

@@ -5,7 +5,8 @@ everywhere a decoded object is: fetched media stays encoded until the processor 
 decode it. The implementation lives in private modules: the item aliases and vision chunks
 (``_items``), nested tensors (``_nested``), placeholder ranges (``_placeholders``), the field
 classes that cut an HF batch into items and merge items back (``_fields``), and the per-item
-kwargs, their batching and the engine's per-item feature spec (``_kwargs``).
+kwargs, their batching and the engine's per-item feature spec (``_kwargs``). ``MediaWithBytes``
+is :mod:`mediaref.media.base`'s, re-exported as vLLM's module imports it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from mediaref.inputs._nested import (
     nested_tensors_equal,
 )
 from mediaref.inputs._placeholders import PlaceholderRange
+from mediaref.media.base import MediaWithBytes
 
 __all__ = [
     "AudioItem",
@@ -60,6 +62,7 @@ __all__ = [
     "HfImageItem",
     "HfVideoItem",
     "ImageItem",
+    "MediaWithBytes",
     "ModalityData",
     "MultiModalBatchedField",
     "MultiModalDataDict",

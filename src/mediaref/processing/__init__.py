@@ -3,8 +3,11 @@ and the token layout (:class:`TokenLayout`) a request's ids, placeholders and po
 
 The package re-exports vLLM's ``vllm.multimodal.processing`` names, so a model file's
 ``from vllm.multimodal.processing import ...`` becomes ``from mediaref.processing import ...``.
+:func:`set_multimodal_model_support` is how the registry, above this package, answers
+``ModelConfig.is_multimodal_model``.
 """
 
+from mediaref.processing._model_config import set_multimodal_model_support
 from mediaref.processing.context import BaseProcessingInfo, InputProcessingContext, TimingContext
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
 from mediaref.processing.inputs import ProcessorInputs
@@ -37,4 +40,5 @@ __all__ = [
     "TimingContext",
     "TokenLayout",
     "cached_encode",
+    "set_multimodal_model_support",
 ]

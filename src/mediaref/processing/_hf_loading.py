@@ -4,6 +4,11 @@ Loads are offline (``local_files_only``) and serialized by one lock shared by ev
 ``transformers``' lazily imported modules are not safe to import from two threads at once. A
 processor is built once per distinct set of construction kwargs; since a request's
 ``mm_processor_kwargs`` can name new sets, only the most recently used few are kept.
+
+The tokenizer is the processor's own, loaded from the model directory, unless
+``ModelConfig.tokenizer`` names another directory: then it is loaded from there, once, and every
+processor is built with it, as vLLM builds its processors with the tokenizer it loads from
+``ModelConfig.tokenizer``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class HfProcessorLoader:
         self._model_config = model_config
         self._lock = lock
         self._tokenizer = tokenizer  # an explicit tokenizer the processors must share; or None
+        self._configured_tokenizer: Any = None  # loaded from model_config.tokenizer, when set
         self._default: Any = None
         self._memo: LRUCache[Any, Any] = LRUCache(_MAX_PROCESSORS)
 
@@ -55,8 +61,9 @@ class HfProcessorLoader:
             "trust_remote_code": config.trust_remote_code,
             **{k: v for k, v in kwargs.items() if k != "tokenizer"},
         }
-        if self._tokenizer is not None:
-            load_kwargs["tokenizer"] = self._tokenizer
+        tokenizer = self._tokenizer if self._tokenizer is not None else self.configured_tokenizer()
+        if tokenizer is not None:
+            load_kwargs["tokenizer"] = tokenizer
         if isinstance(typ, type) and typ is not ProcessorMixin and hasattr(typ, "from_pretrained"):
             processor = typ.from_pretrained(config.model, **load_kwargs)
         else:
@@ -94,8 +101,33 @@ class HfProcessorLoader:
                 self._default = processor
         return processor
 
+    def _load_tokenizer(self, path: str) -> Any:
+        from transformers import AutoTokenizer
+
+        with self._lock:
+            return AutoTokenizer.from_pretrained(
+                path,
+                local_files_only=True,
+                trust_remote_code=self._model_config.trust_remote_code,
+            )
+
+    def configured_tokenizer(self) -> Any:
+        """The tokenizer in ``model_config.tokenizer``'s directory, loaded once; None when the
+        config names none."""
+        path = self._model_config.tokenizer
+        if path is None:
+            return None
+        with self._lock:
+            if self._configured_tokenizer is None:
+                self._configured_tokenizer = self._load_tokenizer(path)
+            return self._configured_tokenizer
+
     def default_tokenizer(self) -> Any:
-        """The tokenizer the default processor carries, else the directory's own tokenizer."""
+        """The tokenizer ``model_config.tokenizer`` names; else the one the default processor
+        carries, else the model directory's own tokenizer."""
+        configured = self.configured_tokenizer()
+        if configured is not None:
+            return configured
         try:
             processor = self.get(None, None)
         except (OSError, ValueError, TypeError):  # no processor: a tokenizer may still load
@@ -103,14 +135,7 @@ class HfProcessorLoader:
         tokenizer = getattr(processor, "tokenizer", None)
         if tokenizer is not None:
             return tokenizer
-        from transformers import AutoTokenizer
-
-        with self._lock:
-            return AutoTokenizer.from_pretrained(
-                self._model_config.model,
-                local_files_only=True,
-                trust_remote_code=self._model_config.trust_remote_code,
-            )
+        return self._load_tokenizer(self._model_config.model)
 
 
 def _accepted_kwargs(callable_: Any, kwargs: Mapping[str, object]) -> dict[str, object]:

@@ -154,6 +154,34 @@ class ModelConfig:
 
     encoder_config: Mapping[str, Any] | None = None
 
+    tokenizer: str | None = None
+    """A local tokenizer directory (vLLM's ``--tokenizer``); None: the model directory's own. When
+    set, the tokenizer is loaded from it and handed to the HF processor, as vLLM hands its
+    processor the tokenizer it loads from ``ModelConfig.tokenizer``."""
+
+    served_model_name: str | None = None
+    """The name the model is served under (vLLM's ``--served-model-name``); None: ``model``.
+    Errors about the model name it by this, as vLLM's do."""
+
+    @property
+    def is_multimodal_model(self) -> bool:
+        """Whether a multimodal processor is registered for the model, by architecture or family
+        (vLLM's property; its answer comes from its model registry).
+
+        :mod:`mediaref.registry` installs the answer when it is imported
+        (:func:`set_multimodal_model_support`); asked before that, no family is known: False,
+        with a warning. A model directory whose config.json cannot be read raises
+        :class:`~mediaref.exceptions.VLLMValidationError`.
+        """
+        lookup = _multimodal_model_support
+        if lookup is None:
+            logger.warning(
+                "is_multimodal_model is read before mediaref.registry was imported: no model "
+                "family is known, so the answer is False. Import mediaref.registry first."
+            )
+            return False
+        return lookup(self)
+
     # -- the directory's files -----------------------------------------------------------------
 
     @cached_property
@@ -282,6 +310,19 @@ def set_device_normalize_support(lookup: DeviceNormalizeSupport) -> None:
     _device_normalize_support = lookup
 
 
+MultiModalModelSupport = Callable[[ModelConfig], bool]
+"""Whether a multimodal processor is registered for a model (:attr:`ModelConfig.is_multimodal_model`)."""
+
+_multimodal_model_support: MultiModalModelSupport | None = None
+
+
+def set_multimodal_model_support(lookup: MultiModalModelSupport) -> None:
+    """Install how :attr:`ModelConfig.is_multimodal_model` is answered. The registry installs its
+    own lookup when it is imported: it sits above processing, so processing cannot ask it."""
+    global _multimodal_model_support
+    _multimodal_model_support = lookup
+
+
 def _no_family_known() -> bool:
     global _warned_no_registry
     if not _warned_no_registry:
@@ -331,7 +372,9 @@ __all__ = [
     "DeviceNormalizeSupport",
     "ModelConfig",
     "MultiModalConfig",
+    "MultiModalModelSupport",
     "device_normalize_kwargs",
     "resolve_dtype",
     "set_device_normalize_support",
+    "set_multimodal_model_support",
 ]

@@ -14,11 +14,20 @@ is the synchronous composition of the same steps. This module is vLLM's public p
 code: the processor is three levels, one per module, each complete over the ones below (the HF
 call's stages in ``_hf_stages``, the prompt updates in ``_prompt_stages``, the flow in
 ``_base_processor``); vLLM's free functions over prompt updates come from :mod:`.prompt_updates`.
+The item and input types vLLM's module imports from ``inputs``, ``parse`` and ``dummy_inputs``
+are re-exported here as well.
 """
 
 from __future__ import annotations
 
-from mediaref.inputs import MultiModalFieldConfig
+from mediaref.inputs import (
+    MultiModalFieldConfig,
+    MultiModalKwargsItem,
+    MultiModalKwargsItems,
+    MultiModalKwargsOptionalItems,
+    PlaceholderRange,
+)
+from mediaref.parse import MultiModalDataItems, MultiModalUUIDItems
 from mediaref.processing._apply_state import MultiModalApplyState
 from mediaref.processing._base_processor import BaseMultiModalProcessor
 from mediaref.processing._enc_dec_processor import (
@@ -30,7 +39,7 @@ from mediaref.processing._hf_stages import HFMultiModalInputs
 from mediaref.processing._prompt_stages import MultiModalProcessingResult
 from mediaref.processing._timing import ApplyTimings
 from mediaref.processing.context import BaseProcessingInfo, TimingContext
-from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
+from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder, MultiModalDummyOptions
 from mediaref.processing.inputs import ProcessorInputs
 from mediaref.processing.prompt_updates import (
     MultiModalIsCached,
@@ -65,13 +74,20 @@ __all__ = [
     "EncDecMultiModalProcessor",
     "HFMultiModalInputs",
     "MultiModalApplyState",
+    "MultiModalDataItems",
+    "MultiModalDummyOptions",
     "MultiModalEncDecInputs",
     "MultiModalFieldConfig",
     "MultiModalIsCached",
+    "MultiModalKwargsItem",
+    "MultiModalKwargsItems",
+    "MultiModalKwargsOptionalItems",
     "MultiModalProcessingResult",
     "MultiModalPromptUpdates",
     "MultiModalPromptUpdatesApplyResult",
+    "MultiModalUUIDItems",
     "PlaceholderFeaturesInfo",
+    "PlaceholderRange",
     "ProcessorInputs",
     "PromptIndex",
     "PromptIndexTargets",

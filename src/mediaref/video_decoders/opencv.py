@@ -9,9 +9,17 @@ from mediaref.media.video.decoders.opencv import (
     opencv_unavailable_reason,
     read_frames_seeking,
 )
+from mediaref.video_decoders.base import (
+    VideoSourceMetadata,
+    VideoTargetMetadata,
+    check_frame_pixel_limit,
+)
 
 __all__ = [
     "OpenCVVideoBackendMixin",
+    "VideoSourceMetadata",
+    "VideoTargetMetadata",
+    "check_frame_pixel_limit",
     "decode_opencv",
     "opencv_unavailable_reason",
     "read_frames_seeking",

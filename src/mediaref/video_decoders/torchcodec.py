@@ -8,5 +8,17 @@ from mediaref.media.video.decoders.torchcodec import (
     decode_torchcodec,
     torchcodec_unavailable_reason,
 )
+from mediaref.video_decoders.base import (
+    VideoSourceMetadata,
+    VideoTargetMetadata,
+    check_frame_pixel_limit,
+)
 
-__all__ = ["TorchCodecVideoBackendMixin", "decode_torchcodec", "torchcodec_unavailable_reason"]
+__all__ = [
+    "TorchCodecVideoBackendMixin",
+    "VideoSourceMetadata",
+    "VideoTargetMetadata",
+    "check_frame_pixel_limit",
+    "decode_torchcodec",
+    "torchcodec_unavailable_reason",
+]
