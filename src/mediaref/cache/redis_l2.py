@@ -18,8 +18,8 @@ position target, a custom mask function) stays local. An entry larger than ``max
 ``{prefix}:{namespace}:{mm_hash}``: the namespace stands for the model and every setting that
 changes processed output (:func:`settings_namespace`), the item hash for the item.
 
-**Integrity.** Every entry carries an HMAC-SHA256 over its key and payload, keyed by the fleet's
-secret (from a file or the environment; it is never stored in Redis). An entry that fails the
+**Integrity.** Every entry carries a MAC (keyed BLAKE3) over its key and payload, keyed by the
+fleet's secret (from a file or the environment; it is never stored in Redis). An entry that fails the
 check, or was copied from another key, is ignored, counted (``rejected``) and recomputed: never
 served. Whoever holds the secret can write entries every reader serves; whoever can reach Redis
 without it can only make items be recomputed.
@@ -65,7 +65,7 @@ class RedisL2Settings:
     url: str
     """``redis://HOST:PORT/DB`` (``rediss://`` for TLS, ``unix://`` for a socket)."""
     secret: bytes = field(repr=False)
-    """The fleet's HMAC key: every process of the fleet must have the same one."""
+    """The fleet's MAC key: every process of the fleet must have the same one."""
     namespace: str = ""
     """The model and the settings that change its output (:func:`settings_namespace`)."""
     prefix: str = "mediaref:l2"
@@ -73,8 +73,9 @@ class RedisL2Settings:
     """Seconds an entry lives in Redis after it is written."""
     max_entry_bytes: int = 64 * 1024 * 1024
     """Larger entries are not written (a 1080p image's Qwen2-VL item is ~6 MB)."""
-    timeout_s: float = 0.05
-    """Socket timeout of every Redis call: the most a request waits for Redis."""
+    timeout_s: float = 0.25
+    """Socket timeout of every Redis call: the most a request waits on a silent Redis. (50 ms
+    timed out 5% of 12 MB reads with three servers on two busy cores.)"""
     failures_to_open: int = 3
     """Failures in a row that open the circuit."""
     retry_after_s: float = 2.0
@@ -159,9 +160,14 @@ def decode_entry(
 
 
 def _mac(secret: bytes, key: bytes, payload: bytes) -> bytes:
-    digest = hmac.new(secret, len(key).to_bytes(4, "little") + key, hashlib.sha256)
+    # BLAKE3 in keyed mode (a MAC by design): 1.9 ms over a 1080p image's 12 MB entry, where
+    # HMAC-SHA256 took 8.4 ms.
+    from blake3 import blake3
+
+    digest = blake3(key=hashlib.sha256(b"mediaref-l2-mac\0" + secret).digest())
+    digest.update(len(key).to_bytes(4, "little") + key)
     digest.update(payload)
-    return digest.digest()
+    return bytes(digest.digest())
 
 
 # -- the store ---------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ class ServeOptions:
     """A Redis server the processor cache layers over (``redis://HOST:PORT/DB``): a fleet of
     servers shares one hit rate (:mod:`mediaref.cache.redis_l2`); "": none."""
     cache_redis_secret_file: str = ""
-    """The fleet's HMAC secret for the Redis entries; "": ``MEDIAREF_CACHE_REDIS_SECRET``."""
+    """The fleet's secret that authenticates the Redis entries; "": ``MEDIAREF_CACHE_REDIS_SECRET``."""
     cache_redis_ttl_s: int = 24 * 3600
     """Seconds a Redis entry lives after it is written."""
     cache_redis_max_entry_mb: float = 64.0
