@@ -34,6 +34,8 @@ CHAT = "/v1/chat/completions/render"
 COMPLETIONS = "/v1/completions/render"
 TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
+MESSAGES = "/v1/messages/render"
+RESPONSES = "/v1/responses/render"
 SERVER_FLAGS = ("--trust-request-mm-kwargs", "--trust-request-chat-template")
 """Flags both servers run with (each has them under the same names)."""
 
@@ -281,6 +283,231 @@ def _tokenizer_cases() -> list[Case]:
     ]
 
 
+def _b64(payload: bytes) -> str:
+    return base64.b64encode(payload).decode()
+
+
+def _messages_cases() -> list[Case]:
+    """Anthropic Messages requests (``model`` is required there)."""
+
+    def msg(name: str, messages: list[dict[str, Any]], **fields: Any) -> Case:
+        body = {"model": "qwen2_vl", "max_tokens": 64, "messages": messages, **fields}
+        return Case(name, "qwen2_vl", MESSAGES, body)
+
+    ask = text("What is in this picture?")
+    jpeg = {"type": "base64", "media_type": "image/jpeg", "data": _b64(_jpeg(40, (64, 48)))}
+    png_url = {"type": "url", "url": _url(_png(41, (80, 60)), "image/png")}
+    weather = {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "input_schema": {"properties": {"city": {"type": "string"}}},
+    }
+    return [
+        msg("messages_text_only", [{"role": "user", "content": "Hello there."}]),
+        msg(
+            "messages_system_blocks",
+            [{"role": "user", "content": [text("Hi."), text(" Be brief.")]}],
+            system=[
+                text("x-anthropic-billing-header: cc_version=1.0; cch=abc;"),
+                text("You are terse."),
+                text(" Answer in English."),
+            ],
+            temperature=0.3,
+            top_p=0.9,
+            top_k=20,
+            stop_sequences=["END", "\n\n"],
+        ),
+        msg(
+            "messages_turns",
+            [
+                {"role": "user", "content": "Hi."},
+                {"role": "assistant", "content": [text("Hello.")]},
+                {"role": "user", "content": "Tell me more."},
+            ],
+            system="You are terse.",
+        ),
+        msg(
+            "messages_image_base64",
+            [{"role": "user", "content": [{"type": "image", "source": jpeg}, ask]}],
+        ),
+        msg(
+            "messages_image_data_url",
+            [{"role": "user", "content": [ask, {"type": "image", "source": png_url}]}],
+            mm_payload="none",
+        ),
+        msg(
+            "messages_tool_use",
+            [
+                {"role": "user", "content": "Weather in Paris?"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "Ask the tool.", "signature": "sig"},
+                        text("Let me check."),
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_1",
+                            "name": "get_weather",
+                            "input": {"city": "Paris"},
+                        },
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_1",
+                            "content": [text("Sunny,"), text("20 C")],
+                        },
+                        text("Thanks. And this picture?"),
+                        {"type": "image", "source": jpeg},
+                    ],
+                },
+            ],
+            tools=[weather],
+            tool_choice={"type": "none"},
+        ),
+        msg(
+            "messages_tool_result_image",
+            [
+                {"role": "user", "content": "Take a photo."},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "toolu_2", "name": "camera", "input": {}}
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_2",
+                            "content": [text("Done."), {"type": "image", "source": jpeg}],
+                        }
+                    ],
+                },
+            ],
+        ),
+        msg(
+            "messages_inline_system",
+            [
+                {"role": "user", "content": "Hi."},
+                {"role": "system", "content": [text("Reminder: be terse.")]},
+                {"role": "user", "content": "Again."},
+            ],
+            system="You are terse.",
+        ),
+        msg(
+            "messages_thinking_enabled",
+            [{"role": "user", "content": "Hello there."}],
+            max_tokens=2048,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            stream=True,
+        ),
+        msg(
+            "messages_thinking_disabled",
+            [{"role": "user", "content": "Hello there."}],
+            thinking={"type": "disabled"},
+            chat_template_kwargs={"add_vision_id": True},
+        ),
+        msg("messages_bad_role", [{"role": "tool", "content": "Hello there."}]),
+        msg("messages_bad_max_tokens", [{"role": "user", "content": "Hi."}], max_tokens=0),
+    ]
+
+
+def _responses_cases() -> list[Case]:
+    def resp(name: str, request_input: Any, **fields: Any) -> Case:
+        return Case(name, "qwen2_vl", RESPONSES, {"input": request_input, **fields})
+
+    def said(value: str) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": value}],
+        }
+
+    photo = {"type": "input_image", "image_url": _url(_jpeg(42, (64, 48)), "image/jpeg")}
+    return [
+        resp("responses_text", "Hello there."),
+        resp(
+            "responses_instructions_and_options",
+            "Hello there.",
+            instructions="You are terse.",
+            max_output_tokens=9,
+            temperature=0.5,
+            top_p=0.9,
+            truncation="auto",
+            reasoning={"effort": "low"},
+            include=["message.output_text.logprobs"],
+            top_logprobs=2,
+            stream=True,
+        ),
+        resp(
+            "responses_image",
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "What is in this picture?"}, photo],
+                }
+            ],
+        ),
+        resp(
+            "responses_turns",
+            [
+                {"role": "user", "content": "Hi."},
+                said("Hello."),
+                {"role": "user", "content": [{"type": "input_text", "text": "Tell me more."}]},
+            ],
+            instructions="You are terse.",
+        ),
+        resp(
+            "responses_tool_call",
+            [
+                {"role": "user", "content": "Weather in Paris?"},
+                {
+                    "type": "reasoning",
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": "Ask the tool."}],
+                },
+                {
+                    "type": "function_call",
+                    "call_id": "call_1",
+                    "name": "get_weather",
+                    "arguments": '{"city": "Paris"}',
+                },
+                {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"},
+            ],
+            tools=[
+                {
+                    "type": "function",
+                    "name": "get_weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                }
+            ],
+        ),
+        resp(
+            "responses_continue_partial",
+            [
+                {"role": "user", "content": "Count to three."},
+                {**said("One, two,"), "status": "incomplete"},
+            ],
+        ),
+        resp(
+            "responses_transfer_params",
+            "Hi.",
+            kv_transfer_params={"do_remote_decode": True},
+            cache_salt="tenant-a",
+            priority=2,
+        ),
+        resp("responses_previous_response_id", "Hi.", previous_response_id="resp_123"),
+        resp("responses_bad_input", 5),
+        resp("responses_unsupported_item", [{"type": "item_reference", "id": "msg_1"}]),
+        resp("responses_too_many_output_tokens", "Hi.", max_output_tokens=10**6),
+    ]
+
+
 def cases() -> list[Case]:
     """Every request of the corpus, in a fixed order."""
     return [
@@ -289,6 +516,8 @@ def cases() -> list[Case]:
         *_completion_cases(),
         *_audio_cases(),
         *_tokenizer_cases(),
+        *_messages_cases(),
+        *_responses_cases(),
     ]
 
 
@@ -355,6 +584,8 @@ __all__ = [
     "CHAT",
     "COMPLETIONS",
     "DETOKENIZE",
+    "MESSAGES",
+    "RESPONSES",
     "SERVER_FLAGS",
     "TOKENIZE",
     "Case",

@@ -3,6 +3,8 @@
 =====================================  ======================================================
 ``POST /v1/chat/completions/render``   a chat request -> one ``GenerateRequest`` (JSON)
 ``POST /v1/completions/render``        a completions request -> a list of them, one a prompt
+``POST /v1/messages/render``           an Anthropic Messages request -> one (:mod:`.anthropic_messages`)
+``POST /v1/responses/render``          an OpenAI Responses request -> one (:mod:`.responses_api`)
 ``POST /tokenize``, ``/detokenize``    vLLM's tokenizer routes (:mod:`mediaref.serve.tokenization`)
 ``GET /health``                        200 while serving; 503 once draining (SIGTERM)
 ``GET /metrics``                       Prometheus text (:mod:`mediaref.serve.metrics`)
@@ -42,6 +44,7 @@ from typing import Any
 
 from aiohttp import web
 
+from mediaref.serve.anthropic_messages import parse_messages_request, render_messages
 from mediaref.serve.client_limits import (
     ByteBudget,
     ClientRate,
@@ -57,6 +60,7 @@ from mediaref.serve.metrics import CONTENT_TYPE
 from mediaref.serve.options import ServeOptions
 from mediaref.serve.protocol import parse_chat_request, parse_completion_request
 from mediaref.serve.request_body import BodyLimits, JsonValueCount, parse_json_body, read_body
+from mediaref.serve.responses_api import parse_responses_request, render_responses
 from mediaref.serve.service import RenderService
 from mediaref.serve.tokenization import (
     detokenize,
@@ -67,11 +71,13 @@ from mediaref.serve.tokenization import (
 
 CHAT_ROUTE = "/v1/chat/completions/render"
 COMPLETIONS_ROUTE = "/v1/completions/render"
+MESSAGES_ROUTE = "/v1/messages/render"
+RESPONSES_ROUTE = "/v1/responses/render"
 TOKENIZE_ROUTE = "/tokenize"
 DETOKENIZE_ROUTE = "/detokenize"
 HEALTH_ROUTE = "/health"
 METRICS_ROUTE = "/metrics"
-RENDER_ROUTES = (CHAT_ROUTE, COMPLETIONS_ROUTE)
+RENDER_ROUTES = (CHAT_ROUTE, COMPLETIONS_ROUTE, MESSAGES_ROUTE, RESPONSES_ROUTE)
 
 MAX_REFUSAL_PAUSE_S = 2.0
 """The longest a refusal waits for a client past its refusal rate."""
@@ -216,14 +222,16 @@ def _render_route(
     id_prefix: str,
 ) -> _Handler:
     """A POST route's handler: ``parse`` the body (into a request with a ``request_id``), then
-    ``render`` it for its client, through the front door."""
+    ``render`` it for its client, through the front door. The log names the request
+    ``{id_prefix}-{request_id}`` (an empty prefix: its ``request_id`` alone)."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         service = request.app[SERVICE_KEY]
 
         async def run(body: Any, client: str) -> Any:
             parsed = parse(body, service.options, request_id=request.headers.get("X-Request-Id"))
-            request[REQUEST_ID_KEY] = f"{id_prefix}-{parsed.request_id}"
+            name = parsed.request_id
+            request[REQUEST_ID_KEY] = f"{id_prefix}-{name}" if id_prefix else name
             return await render(service, parsed, client)
 
         return await _render(request, run)
@@ -239,6 +247,8 @@ render_completion = _render_route(
     lambda s, req, client: s.render_completion(req, client=client),
     "cmpl",
 )
+render_messages_route = _render_route(parse_messages_request, render_messages, "chatcmpl")
+render_responses_route = _render_route(parse_responses_request, render_responses, "")
 tokenize_route = _render_route(parse_tokenize_request, tokenize, "tokenize")
 detokenize_route = _render_route(parse_detokenize_request, detokenize, "tokenize")
 
@@ -271,6 +281,8 @@ def build_app(service: RenderService) -> web.Application:
     app.on_cleanup.append(_close_state)
     app.router.add_post(CHAT_ROUTE, render_chat)
     app.router.add_post(COMPLETIONS_ROUTE, render_completion)
+    app.router.add_post(MESSAGES_ROUTE, render_messages_route)
+    app.router.add_post(RESPONSES_ROUTE, render_responses_route)
     app.router.add_post(TOKENIZE_ROUTE, tokenize_route)
     app.router.add_post(DETOKENIZE_ROUTE, detokenize_route)
     app.router.add_get(HEALTH_ROUTE, health)
@@ -284,8 +296,10 @@ __all__ = [
     "COMPLETIONS_ROUTE",
     "DETOKENIZE_ROUTE",
     "HEALTH_ROUTE",
+    "MESSAGES_ROUTE",
     "METRICS_ROUTE",
     "RENDER_ROUTES",
+    "RESPONSES_ROUTE",
     "SERVICE_KEY",
     "STATE_KEY",
     "TOKENIZE_ROUTE",
