@@ -199,6 +199,8 @@ def grouped_bars(
 
 # Options that only name where output goes: left out of the command a chart shows.
 _OUTPUT_OPTIONS = ("--chart", "--json")
+# Options whose value is a path on the measuring machine: shown as what a reader substitutes.
+_MACHINE_PATHS = {"--vllm-python": "VLLM_VENV/bin/python"}
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
@@ -207,10 +209,14 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     shown = [f"python benchmarks/{Path(args[0]).name}"]
     skip = False
     for arg in args[1:]:
+        option = arg.split("=", 1)[0]
         if skip:
             skip = False
         elif arg in _OUTPUT_OPTIONS:
             skip = True
+        elif option in _MACHINE_PATHS:
+            shown += [option, _MACHINE_PATHS[option]]
+            skip = option == arg
         elif not arg.startswith(tuple(f"{option}=" for option in _OUTPUT_OPTIONS)):
             shown.append(arg)
     return " ".join(shown)

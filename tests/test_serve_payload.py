@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from mediaref.serve.app import CHAT_ROUTE, build_app
 from mediaref.serve.encoded_cache import EncodedItemCache
-from mediaref.serve.json_body import dump_json
+from mediaref.serve.json_body import JsonPiecesPayload, dump_json, dump_json_pieces
 from mediaref.serve.options import ServeOptions
 from mediaref.serve.service import RenderService
 from test_serve import chat, data_url, jpeg_bytes, post
@@ -34,6 +34,27 @@ def test_dump_json_writes_base64_bytes_as_strings_and_nothing_else_changes() -> 
     expected = {**payload, "blobs": {"image": ["QUJD", None, ""]}, "nested": [{"x": "RA=="}]}
     assert json.loads(dump_json(payload)) == expected
     assert json.loads(dump_json({"a": 1})) == {"a": 1}
+
+
+async def test_a_response_is_written_in_pieces_that_keep_the_blobs_uncopied() -> None:
+    blob = b"QUJD" * 1000
+    pieces = dump_json_pieces({"kwargs_data": {"image": [blob]}, "token_ids": [1, 2]})
+    assert any(piece is blob for piece in pieces)  # the encoded item itself, not a copy of it
+    body = JsonPiecesPayload(pieces)
+    assert body.size == len(b"".join(pieces)) and body.content_type == "application/json"
+
+    written: list[bytes] = []
+
+    class Writer:
+        async def write(self, chunk: bytes) -> None:
+            written.append(chunk)
+
+    await body.write(Writer())  # type: ignore[arg-type]
+    assert written == pieces
+    assert json.loads(b"".join(written)) == {
+        "kwargs_data": {"image": ["QUJD" * 1000]},
+        "token_ids": [1, 2],
+    }
 
 
 async def test_the_eager_baseline_answers_what_the_lazy_server_answers(

@@ -54,7 +54,7 @@ from mediaref.serve.client_limits import (
 )
 from mediaref.serve.errors import error_body, error_response_for
 from mediaref.serve.info import add_info_routes
-from mediaref.serve.json_body import dump_json
+from mediaref.serve.json_body import JsonPiecesPayload, dump_json_pieces
 from mediaref.serve.logs import REQUEST_ID_KEY
 from mediaref.serve.metrics import CONTENT_TYPE
 from mediaref.serve.options import ServeOptions
@@ -210,10 +210,10 @@ async def _render(request: web.Request, render: _Render) -> web.Response:
                     payload = await render(body, client)
                 finally:
                     service.metrics.in_flight.dec()
-            encoded = await service.pool.run(client, dump_json, payload)
+            pieces = await service.pool.run(client, dump_json_pieces, payload)
     finally:
         state.leave()
-    return web.Response(body=encoded, content_type="application/json")
+    return web.Response(body=JsonPiecesPayload(pieces))
 
 
 def _render_route(

@@ -12,6 +12,9 @@ import json
 import uuid
 from typing import Any
 
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.payload import Payload
+
 
 def _swap_bytes(value: Any, blobs: list[bytes], marker: str) -> Any:
     if isinstance(value, bytes):
@@ -26,20 +29,48 @@ def _swap_bytes(value: Any, blobs: list[bytes], marker: str) -> Any:
     return value
 
 
-def dump_json(payload: Any) -> bytes:
-    """``payload`` as compact JSON bytes; each ``bytes`` value (ASCII) becomes a string."""
+def dump_json_pieces(payload: Any) -> list[bytes]:
+    """``payload`` as compact JSON, in pieces whose concatenation is the document: each
+    ``bytes`` value (ASCII) is a piece of its own, as it is, between its quotes. The pieces are
+    written one after the other (:class:`JsonPiecesPayload`): joining them would copy every
+    blob once more (a fifth of a hit's time for a 1080p image's 17 MB)."""
     blobs: list[bytes] = []
     # A fresh marker per call: no string a client sent can look like one.
     marker = f"mediaref-blob-{uuid.uuid4().hex}-"
     text = json.dumps(_swap_bytes(payload, blobs, marker), separators=(",", ":"))
     if not blobs:
-        return text.encode()
+        return [text.encode()]
     pieces = text.split(f'"{marker}')
     out = [pieces[0].encode()]
     for piece in pieces[1:]:
         index, rest = piece.split('"', 1)
         out.extend((b'"', blobs[int(index)], b'"', rest.encode()))
-    return b"".join(out)
+    return out
 
 
-__all__ = ["dump_json"]
+def dump_json(payload: Any) -> bytes:
+    """``payload`` as compact JSON bytes; each ``bytes`` value (ASCII) becomes a string."""
+    return b"".join(dump_json_pieces(payload))
+
+
+class JsonPiecesPayload(Payload):
+    """A response body of :func:`dump_json_pieces`' pieces, written piece by piece."""
+
+    _value: list[bytes]
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        super().__init__(pieces, content_type="application/json")
+        self._size = sum(len(piece) for piece in pieces)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return b"".join(self._value).decode(encoding, errors)
+
+    async def as_bytes(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"".join(self._value)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        for piece in self._value:
+            await writer.write(piece)
+
+
+__all__ = ["JsonPiecesPayload", "dump_json", "dump_json_pieces"]
