@@ -331,13 +331,17 @@ async def test_tools_thinking_stream_and_engine_fields(client: TestClient[Any, A
         ({"type": "tool", "name": "f"}, {"function": {"name": "f"}, "type": "function"}),
     ],
 )
-async def test_tool_choices_become_the_chats(
-    client: TestClient[Any, Any], choice: dict[str, Any] | None, expected: Any
-) -> None:
+async def test_tool_choices_become_the_chats(choice: dict[str, Any] | None, expected: Any) -> None:
     body = anthropic(tools=[{"name": "f", "input_schema": {"type": "object"}}])
     if choice is not None:
         body["tool_choice"] = choice
-    status, answer = await post(client, MESSAGES_ROUTE, body)
+    # A server that serves every tool choice (vLLM's flags); the default refuses all but "none".
+    service = RenderService(ServeOptions(enable_auto_tool_choice=True, tool_call_parser="hermes"))
+    try:
+        async with TestClient(TestServer(build_app(service))) as client:
+            status, answer = await post(client, MESSAGES_ROUTE, body)
+    finally:
+        service.close()
     assert status == 200, answer
     assert answer["parse_context"]["tool_choice"] == expected
     assert answer["parse_context"]["parallel_tool_calls"] is True

@@ -186,6 +186,20 @@ def _add_client_limit_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_tool_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help='render tool_choice "auto" (vLLM\'s flag; needs --tool-call-parser)',
+    )
+    parser.add_argument(
+        "--tool-call-parser",
+        default="",
+        metavar="NAME",
+        help="vLLM's tool call parser name: with one, required and named tool choices render",
+    )
+
+
 def _add_redis_cache_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache-redis-url",
@@ -250,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_client_limit_options(serve)
     _add_media_options(serve, local_default="")
+    _add_tool_options(serve)
     _add_redis_cache_options(serve)
     serve.add_argument(
         "--log-level",
@@ -299,6 +314,8 @@ _SERVE_ONLY = (
     "max_fetch_connections_per_client",
     "refusals_per_client_second",
     "log_level",
+    "enable_auto_tool_choice",
+    "tool_call_parser",
     "cache_redis_url",
     "cache_redis_secret_file",
     "cache_redis_ttl_s",

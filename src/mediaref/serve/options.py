@@ -114,6 +114,13 @@ class ServeOptions:
     dtype: str = "auto"
     """vLLM's ``--dtype``: floating-point tensors are sent in it; ``auto`` resolves as vLLM does
     (the model's own dtype, float32 downcast to bfloat16)."""
+    enable_auto_tool_choice: bool = False
+    """vLLM's ``--enable-auto-tool-choice``: render ``tool_choice: "auto"`` (and ``tools`` without a
+    ``tool_choice``); without it they are a 400, as on vLLM's server. Needs ``tool_call_parser``."""
+    tool_call_parser: str = ""
+    """vLLM's ``--tool-call-parser``: with one, ``"required"`` and named tool choices render.
+    The name is not checked against vLLM's parsers: rendering does not use it (vLLM's engine
+    parses the output)."""
     cache_redis_url: str = ""
     """A Redis server the processor cache layers over (``redis://HOST:PORT/DB``): a fleet of
     servers shares one hit rate (:mod:`mediaref.cache.redis_l2`); "": none."""
@@ -187,6 +194,8 @@ class ServeOptions:
             raise ValueError(
                 f"dtype must be auto or one of {', '.join(DTYPES)}, got {self.dtype!r}"
             )
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("--enable-auto-tool-choice requires --tool-call-parser")
         if self.cache_redis_url:
             self._check_redis_cache()
 

@@ -425,7 +425,8 @@ async def render_responses(
             "previous_response_id is not supported by the stateless render endpoint.",
             parameter="previous_response_id",
         )
-    answer = await service.render_chat(request.chat, client=client)
+    # vLLM's Responses rendering has no tool-choice check of the chat route's.
+    answer = await service.render_chat(request.chat, client=client, check_tool_choice=False)
     answer["request_id"] = request.request_id
     answer["sampling_params"] = bridge.with_sampling_fields(
         answer["sampling_params"], watermarking=request.watermarking, extra_args=request.extra_args

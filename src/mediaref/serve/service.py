@@ -33,7 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mediaref.cache.redis_l2 import RedisLayeredProcessorCache
-from mediaref.exceptions import MediaTooLargeError, VLLMUnprocessableEntityError
+from mediaref.exceptions import (
+    MediaTooLargeError,
+    VLLMUnprocessableEntityError,
+    VLLMValidationError,
+)
 from mediaref.media.base import MediaRef
 from mediaref.media.connector import (
     MediaConnector,
@@ -218,9 +222,14 @@ class RenderService:
         timings: RenderTimings | None = None,
         *,
         client: str = LOCAL_CLIENT,
+        check_tool_choice: bool = True,
     ) -> dict[str, Any]:
         """One ``GenerateRequest`` as JSON for a chat request; ``client`` takes its turns on
-        the server's pool (:mod:`mediaref.serve.fair_pool`)."""
+        the server's pool (:mod:`mediaref.serve.fair_pool`). ``check_tool_choice``: refuse a tool
+        choice the server's tool flags do not serve, as vLLM's chat rendering does (its
+        Responses rendering does not check)."""
+        if check_tool_choice:
+            _check_tool_choice(request.tool_choice, self.options)
         timings = timings if timings is not None else RenderTimings()
         name, renderer = self.renderer_for(request)
         model = renderer.mm_processor.info if renderer.mm_processor is not None else None
@@ -366,6 +375,24 @@ class RenderService:
                 )
             )
         return results
+
+
+def _check_tool_choice(tool_choice: Any, options: ServeOptions) -> None:
+    """vLLM's rule: without a tool call parser, only ``"none"`` (or no tools) renders; ``"auto"``
+    also needs ``--enable-auto-tool-choice``."""
+    if options.tool_call_parser or tool_choice in (None, "none"):
+        return
+    if tool_choice == "auto":
+        if options.enable_auto_tool_choice:
+            return
+        raise VLLMValidationError(
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+        )
+    if isinstance(tool_choice, dict):
+        described = f'function "{tool_choice.get("function", {}).get("name")}"'
+    else:
+        described = f'"{tool_choice}"'
+    raise VLLMValidationError(f"tool_choice={described} requires --tool-call-parser to be set")
 
 
 def _metadata_fields(renderer: BaseRenderer[Any]) -> Callable[[str], Collection[str]]:
