@@ -21,7 +21,9 @@ from typing import Any
 
 from mediaref.cache import BaseMultiModalProcessorCache, processor_only_cache_from_config
 from mediaref.inputs import MultiModalKwargsItem
+from mediaref.processing import BaseMultiModalProcessor
 from mediaref.processing.torch_threads import set_default_torch_num_threads
+from mediaref.registry import MultiModalRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -186,4 +188,9 @@ class MultiModalBudget:
             self.cache.clear_cache()
 
 
-__all__ = ["MultiModalBudget", "get_mm_max_toks_per_item"]
+__all__ = [
+    "BaseMultiModalProcessor",
+    "MultiModalBudget",
+    "MultiModalRegistry",
+    "get_mm_max_toks_per_item",
+]

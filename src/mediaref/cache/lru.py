@@ -27,6 +27,11 @@ from mediaref.cache._items import (
     MultiModalProcessorCacheItemMetadata,
     MultiModalProcessorCacheOutItem,
 )
+from mediaref.cache.base import (
+    MultiModalCache,
+    MultiModalCacheMissError,
+    MultiModalProcessorCacheInItem,
+)
 from mediaref.inputs import MultiModalKwargsItem, estimate_nbytes
 
 
@@ -123,6 +128,9 @@ MultiModalReceiverCache = LruKeyReplicatedReceiverCache
 __all__ = [
     "LruKeyReplicatedReceiverCache",
     "LruKeyReplicatedSenderCache",
+    "MultiModalCache",
+    "MultiModalCacheMissError",
+    "MultiModalProcessorCacheInItem",
     "MultiModalProcessorSenderCache",
     "MultiModalReceiverCache",
 ]

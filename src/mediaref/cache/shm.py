@@ -46,7 +46,12 @@ from mediaref.cache._shm_reclaim import segment_name
 from mediaref.cache._shm_ring import ShmRingBuffer
 from mediaref.cache._shm_secret import export_secret, inherited_secret, new_secret
 from mediaref.cache._shm_store import ShmObjectStore
-from mediaref.inputs import MultiModalBatchedField, MultiModalFieldElem, MultiModalKwargsItem
+from mediaref.inputs import (
+    MultiModalBatchedField,
+    MultiModalFeatureSpec,
+    MultiModalFieldElem,
+    MultiModalKwargsItem,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -295,6 +300,7 @@ class ShmObjectStoreReceiverCache(BaseMultiModalReceiverCache):
 
 
 __all__ = [
+    "MultiModalFeatureSpec",
     "ShmHandle",
     "ShmObjectStoreReceiverCache",
     "ShmObjectStoreSenderCache",

@@ -80,15 +80,21 @@ from mediaref.media._transport.payload import (
 )
 from mediaref.media._transport.request_scope import MediaRequestFetchScope
 from mediaref.media._transport.url_policy import HTTP_SCHEMES, URLPolicy, parse_http_url
-from mediaref.media.base import MediaIO, MediaRef, is_jpeg_frames
+from mediaref.media.base import MediaIO, MediaRef, MediaWithBytes, is_jpeg_frames
 from mediaref.media.decode_budget import MediaDecodedBudget
 from mediaref.media.executor import get_media_executor
 from mediaref.media.extensions import ExtensionManager
+from mediaref.media.reexports import lazy_exports
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
+
+    from mediaref.media.audio import AudioEmbeddingMediaIO, AudioMediaIO
+    from mediaref.media.image import ImageEmbeddingMediaIO, ImageMediaIO
+    from mediaref.media.video import VideoEmbeddingMediaIO, VideoMediaIO
+    from mediaref.media.video.loader_registry import get_video_loader_backend_for_processor
 
     MODALITY_IO_MAP: dict[str, type[MediaIO[Any]]]
     global_thread_pool: ThreadPoolExecutor
@@ -374,6 +380,21 @@ class MediaConnector:
         return video, audio
 
 
+# The decoders vLLM's module imports, re-exported on first use (mediaref.media.reexports):
+# importing the connector pulls in none of Pillow, PyAV, soundfile or torch.
+_EXPORTS = {
+    "AudioEmbeddingMediaIO": "mediaref.media.audio",
+    "AudioMediaIO": "mediaref.media.audio",
+    "ImageEmbeddingMediaIO": "mediaref.media.image",
+    "ImageMediaIO": "mediaref.media.image",
+    "VideoEmbeddingMediaIO": "mediaref.media.video",
+    "VideoMediaIO": "mediaref.media.video",
+    "get_video_loader_backend_for_processor": "mediaref.media.video.loader_registry",
+}
+
+_reexport, __dir__ = lazy_exports(globals(), _EXPORTS)
+
+
 def __getattr__(name: str) -> Any:
     # Built on first use rather than at import: the map imports every decoder, and the pool
     # starts threads sized by a setting read when the pool is first needed.
@@ -381,16 +402,24 @@ def __getattr__(name: str) -> Any:
         return modality_io_map()
     if name == "global_thread_pool":
         return get_media_executor()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _reexport(name)
 
 
 __all__ = [
     "MEDIA_CONNECTOR_REGISTRY",
     "MODALITY_IO_MAP",
+    "AudioEmbeddingMediaIO",
+    "AudioMediaIO",
+    "ImageEmbeddingMediaIO",
+    "ImageMediaIO",
     "MediaConnector",
     "MediaRequestDownloadBudget",
     "MediaRequestDownloadSizeExceededError",
     "MediaRequestFetchScope",
+    "MediaWithBytes",
+    "VideoEmbeddingMediaIO",
+    "VideoMediaIO",
+    "get_video_loader_backend_for_processor",
     "global_thread_pool",
     "load_media_connector",
     "merge_media_io_kwargs",

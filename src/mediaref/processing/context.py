@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.media.base import MediaIO
-from mediaref.parse import DictEmbeddingItems, EmbeddingItems, MultiModalDataParser
+from mediaref.parse import (
+    DictEmbeddingItems,
+    EmbeddingItems,
+    MultiModalDataItems,
+    MultiModalDataParser,
+)
 from mediaref.processing._input_context import InputProcessingContext
 from mediaref.processing._model_config import (
     DTYPES,
@@ -37,7 +42,6 @@ from mediaref.processing._tokenize_params import TokenizeParams
 
 if TYPE_CHECKING:
     from mediaref.inputs import MultiModalDataDict
-    from mediaref.parse import MultiModalDataItems
 
 
 @functools.lru_cache(maxsize=32)
@@ -274,6 +278,7 @@ __all__ = [
     "InputProcessingContext",
     "ModelConfig",
     "MultiModalConfig",
+    "MultiModalDataItems",
     "TimingContext",
     "TokenizeParams",
     "device_normalize_kwargs",

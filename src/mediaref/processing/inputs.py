@@ -17,16 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mediaref.cache import BaseMultiModalProcessorCache
 from mediaref.exceptions import VLLMValidationError
 from mediaref.hasher import MMHasherAlgorithm, MultiModalHasher
 from mediaref.inputs import MultiModalHashes, MultiModalUUIDDict
 from mediaref.media.base import MediaRef
 from mediaref.parse import MultiModalDataItems
-
-if TYPE_CHECKING:
-    from mediaref.cache import BaseMultiModalProcessorCache
 
 # HF processors route these kwargs to one modality's sub-processor only, so they are kept out of
 # the other modalities' hashes; every other processor kwarg may affect any item.
@@ -202,6 +200,7 @@ class ProcessorInputs:
 
 
 __all__ = [
+    "BaseMultiModalProcessorCache",
     "MultiModalUUIDItems",
     "ProcessorInputs",
     "mm_uuids_for",

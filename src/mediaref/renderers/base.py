@@ -26,8 +26,18 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from mediaref.cache import (
+    BaseMultiModalProcessorCache,
+    processor_cache_from_config,
+    processor_only_cache_from_config,
+)
 from mediaref.exceptions import VLLMValidationError
+from mediaref.parse import MultiModalDataItems, MultiModalUUIDItems, parse_mm_uuids
+from mediaref.processing import BaseMultiModalProcessor
+from mediaref.processing import ProcessorInputs as MMProcessorInputs
 from mediaref.processing.context import TokenizeParams
+from mediaref.registry import MULTIMODAL_REGISTRY as mm_registry
+from mediaref.registry import MultiModalTimingRegistry
 from mediaref.renderers._engine_inputs import (
     DictPrompt,
     EngineInput,
@@ -381,11 +391,21 @@ def _mm_fields(prompt: DictPrompt) -> dict[str, Any]:
 
 
 __all__ = [
+    "BaseMultiModalProcessor",
+    "BaseMultiModalProcessorCache",
     "BaseRenderer",
     "ChatParams",
     "DictPrompt",
     "EngineInput",
+    "MMProcessorInputs",
     "MultiModalCacheStats",
+    "MultiModalDataItems",
     "MultiModalRequest",
+    "MultiModalTimingRegistry",
+    "MultiModalUUIDItems",
     "TokenizeParams",
+    "mm_registry",
+    "parse_mm_uuids",
+    "processor_cache_from_config",
+    "processor_only_cache_from_config",
 ]

@@ -44,6 +44,7 @@ import pybase64
 import soundfile as sf
 
 from mediaref import envs
+from mediaref.audio import resample_audio_pyav
 from mediaref.media._embedding_io import EmbeddingMediaIO
 from mediaref.media.audio import _soundfile as _audio_soundfile
 from mediaref.media.audio._caps import AudioLimits, decode_bytes_cap
@@ -211,4 +212,5 @@ __all__ = [
     "load_audio_pyav",
     "load_audio_soundfile",
     "load_audio_torchcodec",
+    "resample_audio_pyav",
 ]

@@ -46,6 +46,7 @@ from PIL import Image, ImageMode
 
 from mediaref import envs
 from mediaref.exceptions import MediaRefError
+from mediaref.image import normalize_image, open_image
 from mediaref.media._embedding_io import MAGIC_NUMPY_PREFIX, EmbeddingMediaIO
 from mediaref.media.base import (
     DecodeSpec,
@@ -350,4 +351,11 @@ class ImageEmbeddingMediaIO(EmbeddingMediaIO):
     parameter: ClassVar[str] = "image_embeds"
 
 
-__all__ = ["MAGIC_NUMPY_PREFIX", "ImageEmbeddingMediaIO", "ImageMediaIO", "read_image_size"]
+__all__ = [
+    "MAGIC_NUMPY_PREFIX",
+    "ImageEmbeddingMediaIO",
+    "ImageMediaIO",
+    "normalize_image",
+    "open_image",
+    "read_image_size",
+]

@@ -19,6 +19,8 @@ Importing this package registers every built-in loader.
 
 from __future__ import annotations
 
+from mediaref.media.base import MediaIO, MediaWithBytes
+from mediaref.media.image import MAGIC_NUMPY_PREFIX, ImageMediaIO
 from mediaref.media.video._backend import NemotronVLVideoBackend, PyAVVideoBackend, VideoBackend
 from mediaref.media.video._backends_glm import (
     DynamicVideoBackend,
@@ -46,6 +48,7 @@ from mediaref.media.video._jpeg_frames import DEFAULT_JPEG_FRAMES_FPS, load_jpeg
 from mediaref.media.video._media_io import VideoEmbeddingMediaIO, VideoMediaIO
 from mediaref.media.video._raw_bytes import RawBytesVideoMediaIO
 from mediaref.media.video._sampling import sample_frame_indices
+from mediaref.media.video.decoders import incompatible_backend_options
 from mediaref.media.video.loader_registry import (
     VIDEO_LOADER_REGISTRY,
     DecodedFrames,
@@ -58,6 +61,7 @@ from mediaref.media.video.loader_registry import (
 
 __all__ = [
     "DEFAULT_JPEG_FRAMES_FPS",
+    "MAGIC_NUMPY_PREFIX",
     "VIDEO_LOADER_REGISTRY",
     "ClefOmniVideoBackend",
     "DecodedFrames",
@@ -67,6 +71,9 @@ __all__ = [
     "GLM46VVideoBackend",
     "GLMGAVideoBackend",
     "Glm5NextVideoBackend",
+    "ImageMediaIO",
+    "MediaIO",
+    "MediaWithBytes",
     "Molmo2VideoBackend",
     "NemotronVLVideoBackend",
     "OpenCVDynamicOpenPanguVideoBackend",
@@ -82,6 +89,7 @@ __all__ = [
     "VideoMediaIO",
     "VideoMetadata",
     "get_video_loader_backend_for_processor",
+    "incompatible_backend_options",
     "load_jpeg_frames",
     "rescale_video_size",
     "resize_video",

@@ -47,16 +47,40 @@ from mediaref.renderers.chat_utils._parts import (
 )
 from mediaref.renderers.chat_utils._text_prompt import get_full_multimodal_text_prompt
 from mediaref.renderers.chat_utils._tool_calls import normalize_tool_calls
-from mediaref.renderers.chat_utils.content_parser import use_audio_in_video_from
+from mediaref.renderers.chat_utils.content_parser import (
+    MODALITY_PLACEHOLDERS_MAP,
+    PROMPT_EMBEDS_PLACEHOLDER_TOKEN,
+    BaseMultiModalContentParser,
+    make_prompt_embeds_placeholder,
+    use_audio_in_video_from,
+)
 from mediaref.renderers.chat_utils.item_tracker import (
     AsyncMultiModalItemTracker,
     BaseMultiModalItemTracker,
     MultiModalItemTracker,
 )
 from mediaref.renderers.chat_utils.types import (
+    ChatCompletionContentPartAudioEmbedsParam,
+    ChatCompletionContentPartAudioParam,
+    ChatCompletionContentPartImageEmbedsParam,
+    ChatCompletionContentPartParam,
+    ChatCompletionContentPartPromptEmbedsParam,
+    ChatCompletionContentPartTextParam,
+    ChatCompletionContentPartVideoEmbedsParam,
+    ChatCompletionContentPartVideoParam,
     ChatCompletionMessageParam,
+    ChatTemplateContentFormat,
     ChatTemplateContentFormatOption,
     ConversationMessage,
+    CustomChatCompletionContentPILImageParam,
+    CustomChatCompletionContentSimpleAudioParam,
+    CustomChatCompletionContentSimpleImageParam,
+    CustomChatCompletionContentSimpleVideoParam,
+    CustomChatCompletionContentToolReferenceParam,
+    CustomThinkCompletionContentParam,
+    InputAudio,
+    MultiModalEmbedsPayload,
+    PILImage,
 )
 
 ParsedChat = tuple[list[ConversationMessage], MultiModalDataDict | None, MultiModalUUIDDict | None]
@@ -190,12 +214,34 @@ async def parse_chat_messages_async(
 
 __all__ = [
     "MM_PARSER_MAP",
+    "MODALITY_PLACEHOLDERS_MAP",
     "PART_TYPES_TO_SKIP_NONE_CONTENT",
+    "PROMPT_EMBEDS_PLACEHOLDER_TOKEN",
     "TEXT_PART_TYPES",
+    "BaseMultiModalContentParser",
+    "ChatCompletionContentPartAudioEmbedsParam",
+    "ChatCompletionContentPartAudioParam",
+    "ChatCompletionContentPartImageEmbedsParam",
+    "ChatCompletionContentPartParam",
+    "ChatCompletionContentPartPromptEmbedsParam",
+    "ChatCompletionContentPartTextParam",
+    "ChatCompletionContentPartVideoEmbedsParam",
+    "ChatCompletionContentPartVideoParam",
+    "ChatTemplateContentFormat",
     "ContentPart",
+    "CustomChatCompletionContentPILImageParam",
+    "CustomChatCompletionContentSimpleAudioParam",
+    "CustomChatCompletionContentSimpleImageParam",
+    "CustomChatCompletionContentSimpleVideoParam",
+    "CustomChatCompletionContentToolReferenceParam",
+    "CustomThinkCompletionContentParam",
+    "InputAudio",
+    "MultiModalEmbedsPayload",
+    "PILImage",
     "ParsedChat",
     "get_full_multimodal_text_prompt",
     "has_non_text_content",
+    "make_prompt_embeds_placeholder",
     "parse_chat_message_content",
     "parse_chat_message_content_mm_part",
     "parse_chat_message_content_part",

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from mediaref.media import MEDIA_CONNECTOR_REGISTRY, MediaConnector
 from mediaref.renderers.chat_utils._loads import PendingItem
 from mediaref.renderers.chat_utils._parser_base import (
     AUDIO_IN_VIDEO_UUID_SUFFIX,
@@ -32,7 +33,7 @@ from mediaref.renderers.chat_utils._parser_base import (
     use_audio_in_video_from,
 )
 from mediaref.renderers.chat_utils._tracked_parser import ParserTracker, TrackedContentParser
-from mediaref.renderers.chat_utils.types import ModalityStr
+from mediaref.renderers.chat_utils.types import InputAudio, ModalityStr, MultiModalEmbedsPayload
 
 AsyncItem = Callable[[], Awaitable[tuple[object, "str | None"]]]
 """How the async tracker takes an item: a call that fetches it when awaited."""
@@ -68,12 +69,16 @@ class AsyncMultiModalContentParser(TrackedContentParser):
 
 __all__ = [
     "AUDIO_IN_VIDEO_UUID_SUFFIX",
+    "MEDIA_CONNECTOR_REGISTRY",
     "MODALITY_PLACEHOLDERS_MAP",
     "PROMPT_EMBEDS_PLACEHOLDER_ID_PREFIX",
     "PROMPT_EMBEDS_PLACEHOLDER_TOKEN",
     "AsyncMultiModalContentParser",
     "BaseMultiModalContentParser",
+    "InputAudio",
+    "MediaConnector",
     "MultiModalContentParser",
+    "MultiModalEmbedsPayload",
     "make_prompt_embeds_placeholder",
     "use_audio_in_video_from",
 ]

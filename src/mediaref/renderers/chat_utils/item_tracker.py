@@ -27,7 +27,16 @@ from collections.abc import Mapping
 from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 from mediaref.exceptions import VLLMValidationError
-from mediaref.inputs import MultiModalDataDict, MultiModalUUIDDict
+from mediaref.inputs import (
+    MultiModalBatchedField,
+    MultiModalDataDict,
+    MultiModalFlatField,
+    MultiModalSharedField,
+    MultiModalUUIDDict,
+    VisionChunk,
+    VisionChunkImage,
+    VisionChunkVideo,
+)
 from mediaref.media.base import MediaIO
 from mediaref.media.connector import (
     MediaConnector,
@@ -36,6 +45,7 @@ from mediaref.media.connector import (
     load_media_connector,
 )
 from mediaref.media.decode_budget import MediaDecodedBudget
+from mediaref.processing import BaseMultiModalProcessor
 from mediaref.processing.context import BaseProcessingInfo, ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY, MultiModalRegistry
 from mediaref.renderers.chat_utils import _model
@@ -333,5 +343,12 @@ class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[AsyncItem]):
 __all__ = [
     "AsyncMultiModalItemTracker",
     "BaseMultiModalItemTracker",
+    "BaseMultiModalProcessor",
+    "MultiModalBatchedField",
+    "MultiModalFlatField",
     "MultiModalItemTracker",
+    "MultiModalSharedField",
+    "VisionChunk",
+    "VisionChunkImage",
+    "VisionChunkVideo",
 ]
