@@ -235,9 +235,10 @@ def _free_port() -> int:
 
 
 class OwnRedis:
-    def __init__(self, port: int | None = None) -> None:
-        self.port = port or _free_port()
+    def __init__(self) -> None:
+        self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self._started_once = False
 
     @property
     def url(self) -> str:
@@ -247,17 +248,24 @@ class OwnRedis:
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("the fault tests start redis-server: install it (apt install redis-server)")
-        self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--save", "", "--appendonly", "no", *DEBUG_ON],
-            stdout=subprocess.DEVNULL,
-        )
-        for _ in range(200):
-            try:
-                redis.Redis.from_url(self.url, socket_timeout=1).ping()
-                return self
-            except redis.RedisError:
-                time.sleep(0.02)
-        raise RuntimeError("redis-server did not start")
+        for _ in range(5):
+            self.process = subprocess.Popen(
+                [binary, "--port", str(self.port), "--save", "", "--appendonly", "no", *DEBUG_ON],
+                stdout=subprocess.DEVNULL,
+            )
+            for _ in range(500):
+                if self.process.poll() is not None:
+                    break  # it exited: another socket took the port meanwhile
+                try:
+                    redis.Redis.from_url(self.url, socket_timeout=1).ping()
+                    self._started_once = True
+                    return self
+                except redis.RedisError:
+                    time.sleep(0.02)
+            self.stop()
+            if not self._started_once:  # a restart keeps its port: its clients know that one
+                self.port = _free_port()
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
 
     def stop(self) -> None:
         if self.process is not None:
