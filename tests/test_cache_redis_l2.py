@@ -20,6 +20,7 @@ import pytest
 import redis  # the test extra has it: these tests never skip
 
 from _instrumented_decoding import image_bytes, instrumented_ref
+from _redis import SHARED_URL, require_redis
 from mediaref.cache import MultiModalProcessorOnlyCache
 from mediaref.cache.redis_l2 import (
     RedisL2Settings,
@@ -34,7 +35,6 @@ from mediaref.processing.context import ModelConfig
 from mediaref.processing.stored_updates import PROMPT_UPDATES_JSON
 from mediaref.registry import MULTIMODAL_REGISTRY
 
-SHARED_URL = "redis://127.0.0.1:6379/0"
 SECRET = b"fleet-secret-for-the-tests-0123456789"
 PROMPT = "<|vision_start|><|image_pad|><|vision_end|>What is this?"
 DEBUG_ON = ("--enable-debug-command", "yes")  # DEBUG SLEEP: the slow-Redis fault
@@ -43,14 +43,7 @@ CONFIG = ModelConfig(model=str(builtin_model_path("qwen2_vl")))
 
 @pytest.fixture(scope="module")
 def shared_redis() -> str:
-    try:
-        redis.Redis.from_url(SHARED_URL, socket_timeout=2).ping()
-    except redis.RedisError as exc:
-        pytest.fail(
-            f"these tests need a Redis server at {SHARED_URL} ({exc}); start one with: "
-            "redis-server --port 6379 --save ''"
-        )
-    return SHARED_URL
+    return require_redis(SHARED_URL)
 
 
 def settings(url: str, namespace: str, **overrides: Any) -> RedisL2Settings:

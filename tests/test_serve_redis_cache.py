@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-import redis
 import torch
 from aiohttp.test_utils import TestClient, TestServer
 from PIL import Image
 
+from _redis import SHARED_URL, require_redis
 from mediaref.processing.context import ModelConfig
 from mediaref.serve.app import CHAT_ROUTE, build_app
 from mediaref.serve.cli import main as cli_main
@@ -27,20 +27,14 @@ from mediaref.serve.fleet_cache import model_namespace
 from mediaref.serve.options import ServeOptions, resolve_model_dir
 from mediaref.serve.service import RenderService
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
+REDIS_URL = SHARED_URL
 SECRET = "a-fleet-secret-for-the-serve-tests"
 
 
 @pytest.fixture(autouse=True)
 def _fleet_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEDIAREF_CACHE_REDIS_SECRET", SECRET)
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_timeout=2).ping()
-    except redis.RedisError as exc:
-        pytest.fail(
-            f"these tests need a Redis server at {REDIS_URL} ({exc}); start one with: "
-            "redis-server --port 6379 --save ''"
-        )
+    require_redis(REDIS_URL)
 
 
 @pytest.fixture

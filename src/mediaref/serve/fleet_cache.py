@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from importlib import metadata
 from pathlib import Path
 
+import mediaref
 from mediaref.cache import MultiModalProcessorOnlyCache
 from mediaref.cache.redis_l2 import (
     RedisL2Settings,
@@ -38,13 +38,6 @@ _CONFIG_FILES = (
 )
 
 
-def _version() -> str:
-    try:
-        return metadata.version("mediaref")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def model_namespace(model_id: str, config: ModelConfig) -> str:
     """The Redis namespace of a served model: equal exactly on servers whose output is equal."""
     files = hashlib.sha256()
@@ -60,7 +53,7 @@ def model_namespace(model_id: str, config: ModelConfig) -> str:
             "mm_device_do_normalize": config.get_mm_device_do_normalize(),
             "mm_processor_kwargs": dict(config.mm_processor_kwargs),
             "media_io_kwargs": {k: dict(v) for k, v in config.media_io_kwargs.items()},
-            "mediaref": _version(),
+            "mediaref": mediaref.__version__,
             "env": {name: os.environ.get(name, "") for name in _OUTPUT_ENV},
         },
     )
