@@ -233,7 +233,7 @@ async def _scenario(
 def _report(rows: list[dict[str, Any]]) -> None:
     clean = rows[0]
     print(
-        f"{'scenario':<16} {'failed':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99 x':>6} "
+        f"{'scenario':<24} {'failed':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99 x':>6} "
         f"{'health max':>10} {'fds':>5} {'thr':>4} {'RSS MiB':>8}  attack got"
     )
     for row in rows:
@@ -245,7 +245,7 @@ def _report(rows: list[dict[str, Any]]) -> None:
             and row["health_max_ms"] < 100.0
         )
         print(
-            f"{row['scenario']:<16} {row['good_failed']:>6} {row['good_p50_ms']:>8.1f} "
+            f"{row['scenario']:<24} {row['good_failed']:>6} {row['good_p50_ms']:>8.1f} "
             f"{row['good_p99_ms']:>8.1f} {row['p99_ratio']:>6.2f} {row['health_max_ms']:>10.1f} "
             f"{row['fds']:>5} {row['threads']:>4} {row['rss_mib']:>8.0f}  "
             f"{row['attack_outcomes'] or ''}{'' if row['meets_targets'] else '  (misses a target)'}"
@@ -287,6 +287,12 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     scenarios: list[tuple[str, dict[str, int]]] = [("clean", {})]
     if args.attacks == "mix":
         scenarios.append(("mix", MIX))
+    elif args.attacks == "mix-ablation":
+        scenarios.append(("mix", MIX))
+        scenarios += [
+            (f"mix - {left_out}", {name: level for name, level in MIX.items() if name != left_out})
+            for left_out in MIX
+        ]
     else:
         names = SCENARIOS if args.attacks == "all" else args.attacks.split(",")
         scenarios += [(name, {name: FLOOD[name]}) for name in names]
@@ -298,7 +304,7 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 
         server: Any = VllmRenderServer(args.vllm_python, str(builtin_model_path("qwen2_vl")))
     else:
-        server = ServerProcess(*SERVER_ARGS, env=SERVER_ENV)
+        server = ServerProcess(*SERVER_ARGS, "--workers", str(args.workers), env=SERVER_ENV)
     rows = []
     try:
         with _origin_process() as origin_url:
@@ -321,9 +327,13 @@ def main() -> int:
         "--attacks",
         default="all",
         help="comma-separated, all (each alone at full strength, then the standing mix, then "
-        "every attack at full strength at once), or mix (the standing mix alone)",
+        "every attack at full strength at once), mix (the standing mix alone), or mix-ablation (the mix, then the mix "
+        "without each attack in turn: what each one costs the good requests)",
     )
     parser.add_argument("--server", choices=("mediaref", "vllm"), default="mediaref")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="mediaref serve --workers (default: 1)"
+    )
     parser.add_argument("--vllm-python", default="python", help="the vLLM venv's interpreter")
     parser.add_argument("--json", type=Path, help="write the rows here")
     _charts.add_chart_argument(parser)

@@ -22,11 +22,11 @@ import redis  # the test extra has it: these tests never skip
 from _instrumented_decoding import image_bytes, instrumented_ref
 from _redis import SHARED_URL, require_redis
 from mediaref.cache import MultiModalProcessorOnlyCache
+from mediaref.cache.layered import UnstorableItem
 from mediaref.cache.redis_l2 import (
     RedisL2Settings,
     RedisL2Store,
     RedisLayeredProcessorCache,
-    UnstorableItem,
     load_secret,
     settings_namespace,
 )

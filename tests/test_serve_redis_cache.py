@@ -77,12 +77,12 @@ async def test_a_replica_serves_what_another_processed_without_decoding(
     body = chat_body(fresh_jpeg())
     expected, first_metrics = await render(first, body)
     assert 'mediaref_decodes_total{modality="image"} 1.0' in first_metrics
-    first.fleet_caches["qwen2_vl"].store.flush()
+    first.fleet_caches["qwen2_vl"].stores[-1].flush()  # type: ignore[attr-defined]
 
     answer, metrics = await render(second, body)
     assert answer["token_ids"] == expected["token_ids"]
     assert answer["features"] == expected["features"]  # the same bytes on the wire
-    store = second.fleet_caches["qwen2_vl"].store
+    store = second.fleet_caches["qwen2_vl"].stores[-1]
     assert store.stats["hits"] == 1
     assert 'mediaref_l2_cache_hits_total{model="qwen2_vl"} 1.0' in metrics
     assert 'mediaref_decodes_total{modality="image"}' not in metrics  # nothing decoded here

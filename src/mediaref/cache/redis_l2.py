@@ -11,10 +11,8 @@ shares one hit rate instead of N private ones::
                         else False: the processor decodes and processes the item
     get_and_update()    local cache as before; each newly processed item queued for SET ... EX ttl
 
-**What is stored** is data only, never code: the item's prompt updates as the processing layer
-writes them (``PromptUpdatesCodec``: token ids or text, as JSON) and the item's fields in the
-shared-memory cache's layout (``_shm_serde``); an item whose prompt updates hold anything else (a
-position target, a custom mask function) stays local. An entry larger than ``max_entry_bytes`` is not written. Keys are
+**What is stored** is the layered cache's payload (:func:`mediaref.cache.layered.encode_entry`:
+data only, never code). An entry larger than ``max_entry_bytes`` is not written. Keys are
 ``{prefix}:{namespace}:{mm_hash}``: the namespace stands for the model and every setting that
 changes processed output (:func:`settings_namespace`), the item hash for the item.
 
@@ -42,13 +40,10 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from mediaref.cache._base import BaseMultiModalProcessorCache, CacheInfo
-from mediaref.cache._items import MultiModalProcessorCacheInItem, MultiModalProcessorCacheOutItem
 from mediaref.cache._processor_only import MultiModalProcessorOnlyCache
-from mediaref.cache._shm_serde import deserialize_item, serialize_item
-from mediaref.inputs import MultiModalKwargsItem
+from mediaref.cache.layered import LayeredProcessorCache, PromptUpdatesCodec
 
 logger = logging.getLogger(__name__)
 
@@ -116,47 +111,6 @@ def load_secret(path: str | None = None, *, env: Mapping[str, str] | None = None
 
 
 # -- entries -----------------------------------------------------------------------------------
-
-
-class UnstorableItem(ValueError):
-    """An item whose prompt updates are not plain data (it stays in the local cache)."""
-
-
-class PromptUpdatesCodec(Protocol):
-    """How the prompt updates of an item become bytes and back. The cache never looks inside
-    them; the processing layer knows their types (``mediaref.processing.stored_updates.PROMPT_UPDATES_JSON``)."""
-
-    def dumps(self, prompt_updates: Sequence[Any]) -> bytes:
-        """Data-only bytes; :class:`UnstorableItem` for updates that are not plain data."""
-        ...
-
-    def loads(self, data: bytes) -> Sequence[Any]: ...
-
-
-def encode_entry(
-    item: MultiModalKwargsItem, prompt_updates: Sequence[Any], codec: PromptUpdatesCodec
-) -> bytes:
-    """``(item, prompt_updates)`` as an entry's payload (before its MAC); UnstorableItem when
-    the prompt updates are not plain data."""
-    updates = codec.dumps(prompt_updates)
-    header, buffers, _ = serialize_item(item)
-    parts: list[bytes | memoryview] = [
-        len(updates).to_bytes(_LENGTH_BYTES, "little"),
-        updates,
-        header,
-        *buffers,
-    ]
-    return b"".join(parts)
-
-
-def decode_entry(
-    payload: bytes, codec: PromptUpdatesCodec
-) -> tuple[MultiModalKwargsItem, Sequence[Any]]:
-    """What :func:`encode_entry` wrote (the payload's MAC already checked)."""
-    length = int.from_bytes(payload[:_LENGTH_BYTES], "little")
-    end = _LENGTH_BYTES + length
-    updates = codec.loads(payload[_LENGTH_BYTES:end])
-    return deserialize_item(memoryview(payload)[end:]), updates
 
 
 def _mac(secret: bytes, key: bytes, payload: bytes) -> bytes:
@@ -357,86 +311,21 @@ def _redacted(url: str) -> str:
 # -- the layered cache -------------------------------------------------------------------------
 
 
-class RedisLayeredProcessorCache(BaseMultiModalProcessorCache):
+class RedisLayeredProcessorCache(LayeredProcessorCache):
     """A local :class:`MultiModalProcessorOnlyCache` with a :class:`RedisL2Store` under it (see
     the module docstring). Usable without the server: pass it as a processor's ``cache``."""
 
     def __init__(
         self, local: MultiModalProcessorOnlyCache, store: RedisL2Store, codec: PromptUpdatesCodec
     ) -> None:
-        self.local = local
+        super().__init__(local, [store], codec)
         self.store = store
-        self.codec = codec
-
-    def is_cached_item(self, mm_hash: str) -> bool:
-        return self.is_cached([mm_hash])[0]
-
-    def is_cached(self, mm_hashes: Sequence[str]) -> list[bool]:
-        cached = self.local.is_cached(mm_hashes)
-        missing = [h for h, hit in zip(mm_hashes, cached, strict=True) if not hit]
-        if not missing:
-            return cached
-        fetched = dict(zip(missing, self.store.get_many(missing), strict=True))
-        for index, mm_hash in enumerate(mm_hashes):
-            payload = fetched.get(mm_hash)
-            if cached[index] or payload is None:
-                continue
-            try:
-                item, updates = decode_entry(payload, self.codec)
-            except Exception:  # authenticated, yet unreadable (another mediaref's layout)
-                self.store.stats["rejected"] += 1
-                continue
-            self.local.get_and_update([(item, updates)], [mm_hash])
-            cached[index] = self.local.is_cached_item(mm_hash)
-        return cached
-
-    def get_and_update_item(
-        self, mm_item: MultiModalProcessorCacheInItem, mm_hash: str
-    ) -> MultiModalProcessorCacheOutItem:
-        return self.get_and_update([mm_item], [mm_hash])[0]
-
-    def get_and_update(
-        self, mm_items: Sequence[MultiModalProcessorCacheInItem], mm_hashes: Sequence[str]
-    ) -> list[MultiModalProcessorCacheOutItem]:
-        out = self.local.get_and_update(mm_items, mm_hashes)
-        for mm_item, mm_hash in zip(mm_items, mm_hashes, strict=True):
-            if mm_item is None:
-                continue  # a hit: already in Redis, or it came from there
-            try:
-                payload = encode_entry(*mm_item, self.codec)
-            except (UnstorableItem, ValueError):
-                self.store.stats["not_written"] += 1
-                continue
-            self.store.put(mm_hash, payload)
-        return out
-
-    def touch_sender_cache_item(self, mm_hash: str) -> None:
-        self.local.touch_sender_cache_item(mm_hash)
-
-    def make_stats(self, *, delta: bool = False) -> CacheInfo:
-        return self.local.make_stats(delta=delta)
-
-    @property
-    def capacity_bytes(self) -> int:
-        return self.local.capacity_bytes
-
-    def clear_cache(self) -> None:
-        """Clears the local cache; Redis entries expire on their own (they are the fleet's)."""
-        self.local.clear_cache()
-
-    def close(self) -> None:
-        self.store.close()
-        self.local.close()
 
 
 __all__ = [
-    "PromptUpdatesCodec",
     "RedisL2Settings",
     "RedisL2Store",
     "RedisLayeredProcessorCache",
-    "UnstorableItem",
-    "decode_entry",
-    "encode_entry",
     "load_secret",
     "settings_namespace",
 ]

@@ -4,7 +4,7 @@ A cached item carries its resolved prompt updates (:class:`ResolvedPromptUpdate`
 process they are kept as objects; a cache another process reads gets them as data only, never
 code: token ids or text for targets and contents, and the token ids an ``is_embed`` selects.
 An update holding anything else (a position target, a mask function of a model's own) is
-refused with :class:`~mediaref.cache.redis_l2.UnstorableItem`, and its item is cached locally only.
+refused with :class:`~mediaref.cache.layered.UnstorableItem`, and its item is cached locally only.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from mediaref.cache.redis_l2 import UnstorableItem
+from mediaref.cache.layered import UnstorableItem
 from mediaref.processing._prompt.details import PromptUpdateDetails, _EmbedTokenIds
 from mediaref.processing._prompt.updates import ResolvedPromptUpdate, UpdateMode
 
@@ -27,7 +27,7 @@ def _tupled(value: object) -> Any:
 
 
 class PromptUpdatesJSON:
-    """The :class:`~mediaref.cache.redis_l2.PromptUpdatesCodec` of resolved prompt updates."""
+    """The :class:`~mediaref.cache.layered.PromptUpdatesCodec` of resolved prompt updates."""
 
     def dumps(self, prompt_updates: Sequence[Any]) -> bytes:
         return json.dumps([self._to_data(update) for update in prompt_updates]).encode()
@@ -72,6 +72,6 @@ class PromptUpdatesJSON:
 
 
 PROMPT_UPDATES_JSON = PromptUpdatesJSON()
-"""The codec a :class:`~mediaref.cache.redis_l2.RedisLayeredProcessorCache` is built with."""
+"""The codec a :class:`~mediaref.cache.layered.LayeredProcessorCache` is built with."""
 
 __all__ = ["PROMPT_UPDATES_JSON", "PromptUpdatesJSON"]

@@ -39,11 +39,12 @@ import concurrent.futures
 import functools
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
+from mediaref.serve import worker_metrics
 from mediaref.serve.anthropic_messages import parse_messages_request, render_messages
 from mediaref.serve.client_limits import (
     ByteBudget,
@@ -141,6 +142,7 @@ class ServerState:
 
 SERVICE_KEY = web.AppKey("service", RenderService)
 STATE_KEY = web.AppKey("state", ServerState)
+SIBLINGS_KEY: web.AppKey[tuple[str, ...]] = web.AppKey("siblings")
 
 
 def _json_response(payload: Any, status: int = 200) -> web.Response:
@@ -263,6 +265,10 @@ async def metrics(request: web.Request) -> web.Response:
     service = request.app[SERVICE_KEY]
     thread = request.app[STATE_KEY].metrics_thread
     body = await asyncio.get_running_loop().run_in_executor(thread, service.metrics.render)
+    siblings = request.app[SIBLINGS_KEY]
+    if siblings:  # one worker of several: the server's figures are all of theirs
+        theirs = [text for text in await worker_metrics.siblings(siblings) if text is not None]
+        body = worker_metrics.merge([body, *theirs], expected=len(siblings) + 1)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
@@ -270,14 +276,16 @@ async def _close_state(app: web.Application) -> None:
     app[STATE_KEY].close()
 
 
-def build_app(service: RenderService) -> web.Application:
-    """The application serving ``service`` (its options set the front door's limits)."""
+def build_app(service: RenderService, *, siblings: Sequence[str] = ()) -> web.Application:
+    """The application serving ``service`` (its options set the front door's limits);
+    ``siblings``: the other workers' metrics sockets, when this is one of several."""
     options = service.options
     app = web.Application(
         middlewares=[error_boundary], client_max_size=options.max_request_body_bytes
     )
     app[SERVICE_KEY] = service
     app[STATE_KEY] = ServerState(options)
+    app[SIBLINGS_KEY] = tuple(siblings)
     app.on_cleanup.append(_close_state)
     app.router.add_post(CHAT_ROUTE, render_chat)
     app.router.add_post(COMPLETIONS_ROUTE, render_completion)

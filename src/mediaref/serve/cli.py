@@ -245,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=8000, help="port to bind, 0: any free one (default: 8000)"
     )
     serve.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N|auto",
+        help="processes serving the port, sharing each model's processed items through shared "
+        "memory; auto: one per core this process may run on (default: 1)",
+    )
+    serve.add_argument(
         "--max-concurrency",
         type=int,
         default=64,
@@ -314,6 +322,7 @@ _SERVE_ONLY = (
     "max_fetch_connections_per_client",
     "refusals_per_client_second",
     "log_level",
+    "workers",
     "enable_auto_tool_choice",
     "tool_call_parser",
     "cache_redis_url",
@@ -321,6 +330,18 @@ _SERVE_ONLY = (
     "cache_redis_ttl_s",
     "cache_redis_max_entry_mb",
 )
+
+
+def _workers(value: str) -> int:
+    """``--workers``: a count, or ``auto`` (the cores this process may run on)."""
+    if value == "auto":
+        import os
+
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count or auto, got {value!r}") from None
 
 
 def _version() -> str:
@@ -362,9 +383,14 @@ def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "serve":
+            options = options_from(args)
+            if options.workers > 1:
+                from mediaref.serve.workers import run_supervisor
+
+                return run_supervisor(options)
             from mediaref.serve.server import run_server
 
-            return run_server(options_from(args))
+            return run_server(options)
         return _render_command(args)
     except ValueError as exc:  # a bad option value: ServeOptions says which
         print(f"mediaref {args.command}: {exc}", file=sys.stderr)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -90,9 +91,20 @@ class _CountedProtocol(asyncio.Protocol):
 class GuardedTCPSite(web.TCPSite):
     """``web.TCPSite`` whose connections are counted against ``counts`` (module docstring)."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, counts: ConnectionCounts):
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        counts: ConnectionCounts,
+        *,
+        sock: socket.socket | None = None,
+    ):
         super().__init__(runner, host, port)
         self.counts = counts
+        self.sock = sock
+        """A listening socket to accept on (a worker's, shared with its siblings) instead of
+        binding ``host:port``."""
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site; TCPSite.start would bind unguarded
@@ -100,9 +112,12 @@ class GuardedTCPSite(web.TCPSite):
         assert server is not None
         factory: Callable[[], asyncio.Protocol] = lambda: _CountedProtocol(server, self.counts)  # noqa: E731
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            factory, self._host, self._port, backlog=self._backlog
-        )
+        if self.sock is not None:
+            self._server = await loop.create_server(factory, sock=self.sock)
+        else:
+            self._server = await loop.create_server(
+                factory, self._host, self._port, backlog=self._backlog
+            )
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
 

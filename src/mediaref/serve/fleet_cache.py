@@ -1,4 +1,8 @@
-"""The processor cache of a server in a fleet: the local cache over Redis (``--cache-redis-url``).
+"""The processor cache of a server: its local cache over the stores it shares items through.
+
+With ``--workers N``, the workers' shared-memory store (:mod:`mediaref.serve.workers`); with
+``--cache-redis-url``, the fleet's Redis under that (:mod:`mediaref.cache.layered`). A worker's
+local cache is 1/N of ``--mm-processor-cache-gb``: the shared store holds the rest.
 
 Every server of a fleet that serves the same model with the same settings must find the same
 entries, and no server may find another's entries for different output. So the Redis namespace
@@ -10,22 +14,23 @@ switches that change pixels.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mediaref
+from mediaref import envs
 from mediaref.cache import MultiModalProcessorOnlyCache
-from mediaref.cache.redis_l2 import (
-    RedisL2Settings,
-    RedisL2Store,
-    RedisLayeredProcessorCache,
-    load_secret,
-    settings_namespace,
-)
+from mediaref.cache.layered import LayeredProcessorCache, SharedStore
+from mediaref.cache.redis_l2 import RedisL2Settings, RedisL2Store, load_secret, settings_namespace
 from mediaref.processing.context import ModelConfig
 from mediaref.processing.stored_updates import PROMPT_UPDATES_JSON
 from mediaref.serve.options import ServeOptions
+
+if TYPE_CHECKING:
+    from mediaref.serve.worker_plan import WorkerPlan
 
 # Settings outside the model config that change a processed item's values.
 _OUTPUT_ENV = ("MEDIAREF_QWEN2_VL_APPROX",)
@@ -59,22 +64,37 @@ def model_namespace(model_id: str, config: ModelConfig) -> str:
     )
 
 
-def redis_layered_cache(
-    model_id: str, config: ModelConfig, options: ServeOptions
-) -> RedisLayeredProcessorCache:
-    """The model's local processor cache with the fleet's Redis under it."""
-    store = RedisL2Store(
-        RedisL2Settings(
-            url=options.cache_redis_url,
-            secret=load_secret(options.cache_redis_secret_file or None),
-            namespace=model_namespace(model_id, config),
-            ttl_s=options.cache_redis_ttl_s,
-            max_entry_bytes=int(options.cache_redis_max_entry_mb * 1024 * 1024),
+def layered_cache(
+    model_id: str, config: ModelConfig, options: ServeOptions, plan: WorkerPlan | None
+) -> LayeredProcessorCache | None:
+    """The model's processor cache over the workers' store and the fleet's Redis; None when the
+    server shares items with nobody (the renderer's own cache is then the whole cache)."""
+    stores: list[SharedStore] = []
+    local_config = config
+    if plan is not None and model_id in plan.stores:
+        from mediaref.cache.worker_store import WorkerSharedStore
+
+        stores.append(WorkerSharedStore.attach(plan.stores[model_id], secret=plan.secret))
+        gigabytes = config.mm_processor_cache_gb
+        if gigabytes is None:
+            gigabytes = envs.MEDIAREF_MM_PROCESSOR_CACHE_GB
+        local_config = dataclasses.replace(config, mm_processor_cache_gb=gigabytes / plan.count)
+    if options.cache_redis_url:
+        stores.append(
+            RedisL2Store(
+                RedisL2Settings(
+                    url=options.cache_redis_url,
+                    secret=load_secret(options.cache_redis_secret_file or None),
+                    namespace=model_namespace(model_id, config),
+                    ttl_s=options.cache_redis_ttl_s,
+                    max_entry_bytes=int(options.cache_redis_max_entry_mb * 1024 * 1024),
+                )
+            )
         )
-    )
-    return RedisLayeredProcessorCache(
-        MultiModalProcessorOnlyCache(config), store, PROMPT_UPDATES_JSON
-    )
+    if not stores:
+        return None
+    local = MultiModalProcessorOnlyCache(local_config)
+    return LayeredProcessorCache(local, stores, PROMPT_UPDATES_JSON)
 
 
-__all__ = ["model_namespace", "redis_layered_cache"]
+__all__ = ["layered_cache", "model_namespace"]

@@ -23,6 +23,11 @@ process-global one, so two servers in one process (the tests) never share or cla
                                                        not_written, bytes_read, bytes_written
 ``mediaref_l2_cache_read_seconds_total{model}``        time spent reading it
 ``mediaref_l2_cache_circuit_open{model}``              1 while requests go without it
+``mediaref_worker_cache_<event>_total{model}``         the workers' shared-memory cache
+                                                       (``--workers``): the same events
+``mediaref_workers``, ``mediaref_workers_reporting``   with ``--workers N``: N, and how many
+                                                       this scrape sums (every figure above is
+                                                       the workers' sum)
 ====================================================  ==========================================
 
 The cache figures are read from each model's cache when scraped (its own cumulative counters),
@@ -180,23 +185,29 @@ L2_EVENTS = (
 )
 
 
-class _L2Collector(Collector):
-    def __init__(self, stores: Mapping[str, L2StoreLike]) -> None:
+class _StoreCollector(Collector):
+    """A shared store's counters: ``mediaref_{kind}_cache_*`` (the Redis cache: ``l2``; the
+    workers' shared memory: ``worker``)."""
+
+    def __init__(self, kind: str, what: str, stores: Mapping[str, L2StoreLike]) -> None:
+        self._kind = kind
+        self._what = what
         self._stores = stores
 
     def collect(self) -> Iterator[Metric]:
+        prefix = f"mediaref_{self._kind}_cache"
         events = {
             event: CounterMetricFamily(
-                f"mediaref_l2_cache_{event}", f"Redis cache: {event}", labels=["model"]
+                f"{prefix}_{event}", f"{self._what}: {event}", labels=["model"]
             )
             for event in L2_EVENTS
         }
         seconds = CounterMetricFamily(
-            "mediaref_l2_cache_read_seconds", "Time spent reading the Redis cache", labels=["model"]
+            f"{prefix}_read_seconds", f"Time spent reading the {self._what}", labels=["model"]
         )
         circuit = GaugeMetricFamily(
-            "mediaref_l2_cache_circuit_open",
-            "1 while requests go without the Redis cache",
+            f"{prefix}_circuit_open",
+            f"1 while requests go without the {self._what}",
             labels=["model"],
         )
         for model, store in self._stores.items():
@@ -214,6 +225,7 @@ class ServeMetrics:
         self,
         caches: Mapping[str, ProcessorCacheLike | None] | None = None,
         l2_stores: Mapping[str, L2StoreLike] | None = None,
+        worker_stores: Mapping[str, L2StoreLike] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -262,7 +274,11 @@ class ServeMetrics:
         if self._watches:
             self.registry.register(_CacheCollector(self._watches))
         if l2_stores:
-            self.registry.register(_L2Collector(l2_stores))
+            self.registry.register(_StoreCollector("l2", "Redis cache", l2_stores))
+        if worker_stores:
+            self.registry.register(
+                _StoreCollector("worker", "workers' shared cache", worker_stores)
+            )
 
     def observe_stages(self, stage_secs: Mapping[str, float]) -> None:
         """A rendered request's stage timings (a :class:`~mediaref.registry.TimingContext`'s)."""

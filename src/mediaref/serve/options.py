@@ -139,6 +139,10 @@ class ServeOptions:
     eager_media: bool = False
     """The benchmark baseline, vLLM 0.33's way: decode every item at fetch and hash its pixels
     (``benchmarks/bench_render.py``). Never faster; do not serve with it."""
+    workers: int = 1
+    """Processes serving the port (one listening socket, each with its own event loop and
+    processing worker, all sharing each model's processed items through shared memory:
+    :mod:`mediaref.serve.workers`); the CLI's ``auto`` is the cores this process may run on."""
     shutdown_timeout: float = 30.0
     """Seconds SIGTERM waits for the requests in flight before cutting them off."""
     log_level: str = "info"
@@ -155,6 +159,7 @@ class ServeOptions:
             ("max_concurrency", self.max_concurrency),
             ("max_items_per_request", self.max_items_per_request),
             ("max_connections", self.max_connections),
+            ("workers", self.workers),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")

@@ -28,14 +28,19 @@ from mediaref.serve.connections import GuardedTCPSite
 from mediaref.serve.logs import AccessLog, access_logger, configure_logging
 from mediaref.serve.options import ServeOptions
 from mediaref.serve.service import RenderService
+from mediaref.serve.worker_metrics import own_metrics_site
+from mediaref.serve.worker_plan import WorkerPlan
 
 # Idle keep-alive connections are closed at once at shutdown; this bounds the wait for a handler
 # that is somehow still running after the drain (it only is when the drain timed out).
 _CLEANUP_TIMEOUT_S = 1.0
 
 
-async def serve(options: ServeOptions, *, log: TextIO = sys.stderr) -> int:
-    """Serve until a SIGTERM or SIGINT, then drain; the exit status (0: nothing was cut off)."""
+async def serve(
+    options: ServeOptions, *, log: TextIO = sys.stderr, plan: WorkerPlan | None = None
+) -> int:
+    """Serve until a SIGTERM or SIGINT, then drain; the exit status (0: nothing was cut off).
+    ``plan``: serve as one worker of a supervisor's (:mod:`mediaref.serve.workers`), on its socket."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -43,23 +48,29 @@ async def serve(options: ServeOptions, *, log: TextIO = sys.stderr) -> int:
     drained = False
     log_writer = configure_logging(options.log_level)
     raise_descriptor_limit()
-    service = await asyncio.to_thread(RenderService, options)
+    service = await asyncio.to_thread(RenderService, options, shared=plan)
     try:
         await asyncio.to_thread(service.warmup)
         freeze_startup_heap()
-        async with listening(service) as (app, site, host, port):
-            print(
-                f"mediaref serve: listening on http://{host}:{port} "
-                f"(models: {', '.join(options.models)})",
-                file=log,
-                flush=True,
-            )
+        async with listening(service, plan) as (app, site, host, port):
+            if plan is None:
+                print(
+                    f"mediaref serve: listening on http://{host}:{port} "
+                    f"(models: {', '.join(options.models)})",
+                    file=log,
+                    flush=True,
+                )
+            else:
+                plan.ready.put(plan.index)
             await stop.wait()
             state = app[STATE_KEY]
             state.draining = True
             pending = state.in_flight
             await site.stop()  # no new connections from here on
-            print(f"mediaref serve: draining {pending} in-flight requests", file=log, flush=True)
+            who = "" if plan is None else f" (worker {plan.index})"
+            print(
+                f"mediaref serve: draining {pending} in-flight requests{who}", file=log, flush=True
+            )
             drained = await state.wait_idle(options.shutdown_timeout)
             if not drained:
                 print(
@@ -73,18 +84,19 @@ async def serve(options: ServeOptions, *, log: TextIO = sys.stderr) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         log_writer.stop()
-    print("mediaref serve: stopped", file=log, flush=True)
+    if plan is None:
+        print("mediaref serve: stopped", file=log, flush=True)
     return 0 if drained else 1
 
 
 @contextlib.asynccontextmanager
 async def listening(
-    service: RenderService,
+    service: RenderService, plan: WorkerPlan | None = None
 ) -> AsyncIterator[tuple[web.Application, GuardedTCPSite, str, int]]:
     """``service``'s application accepting connections on its options' host and port (the
-    bound port when that is 0), until the block ends."""
+    bound port when that is 0), or on a worker's inherited socket, until the block ends."""
     options = service.options
-    app = build_app(service)
+    app = build_app(service, siblings=plan.sibling_sockets() if plan is not None else ())
     runner = web.AppRunner(
         app,
         handle_signals=False,
@@ -103,10 +115,20 @@ async def listening(
     )
     await runner.setup()
     try:
-        site = GuardedTCPSite(runner, options.host, options.port, app[STATE_KEY].connections)
+        site = GuardedTCPSite(
+            runner,
+            options.host,
+            options.port,
+            app[STATE_KEY].connections,
+            sock=plan.sock if plan is not None else None,
+        )
         await site.start()
         host, port = runner.addresses[0][:2]
-        yield app, site, str(host), int(port)
+        if plan is None:
+            yield app, site, str(host), int(port)
+        else:
+            async with own_metrics_site(plan.metrics_socket, service.metrics.render):
+                yield app, site, str(host), int(port)
     finally:
         await runner.cleanup()
 
@@ -133,9 +155,10 @@ def raise_descriptor_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def run_server(options: ServeOptions) -> int:
-    """:func:`serve` on a fresh event loop (the CLI's entry)."""
-    return asyncio.run(serve(options))
+def run_server(options: ServeOptions, *, plan: WorkerPlan | None = None) -> int:
+    """:func:`serve` on a fresh event loop: the CLI's entry with one worker, each worker's
+    with several (:mod:`mediaref.serve.workers` supervises them)."""
+    return asyncio.run(serve(options, plan=plan))
 
 
 __all__ = [

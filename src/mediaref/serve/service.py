@@ -30,9 +30,10 @@ import os
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from mediaref.cache.redis_l2 import RedisLayeredProcessorCache
+from mediaref.cache.layered import LayeredProcessorCache
+from mediaref.cache.redis_l2 import RedisL2Store
 from mediaref.exceptions import (
     MediaTooLargeError,
     VLLMUnprocessableEntityError,
@@ -54,7 +55,7 @@ from mediaref.serve.encoded_cache import EncodedItemCache
 from mediaref.serve.errors import ModelNotFoundError
 from mediaref.serve.fair_pool import FairPool
 from mediaref.serve.features import build_features, item_info
-from mediaref.serve.fleet_cache import redis_layered_cache
+from mediaref.serve.fleet_cache import layered_cache
 from mediaref.serve.metrics import ServeMetrics
 from mediaref.serve.options import ServeOptions, resolve_model_dir
 from mediaref.serve.prompt_checks import (
@@ -66,6 +67,9 @@ from mediaref.serve.prompt_checks import (
 )
 from mediaref.serve.protocol import ChatRenderRequest, CompletionRenderRequest
 from mediaref.serve.responses import generate_request, parse_context
+
+if TYPE_CHECKING:
+    from mediaref.serve.worker_plan import WorkerPlan
 
 
 @dataclass
@@ -119,8 +123,16 @@ def _media_items(mm_data: Any) -> list[tuple[str, Any]]:
 class RenderService:
     """The models one server renders for, each with its renderer (and processor cache)."""
 
-    def __init__(self, options: ServeOptions, *, metrics: ServeMetrics | None = None) -> None:
+    def __init__(
+        self,
+        options: ServeOptions,
+        *,
+        metrics: ServeMetrics | None = None,
+        shared: WorkerPlan | None = None,
+    ) -> None:
+        """``shared``: this server is one worker of several, sharing items with the others."""
         self.options = options
+        self._shared = shared
         self.renderers: dict[str, BaseRenderer[Any]] = {}
         self.placeholders: dict[str, PlaceholderTokens] = {}
         self._model_dirs: dict[str, str] = {}
@@ -130,7 +142,7 @@ class RenderService:
         # bodies and responses); a request's short work runs where it is (INLINE_TEXT_CHARS).
         self.pool = FairPool("render", 2 * cores, per_client=max(1, cores // 2))
         self.processing: dict[str, FairGate] = {}
-        self.fleet_caches: dict[str, RedisLayeredProcessorCache] = {}
+        self.fleet_caches: dict[str, LayeredProcessorCache] = {}
         self.fetch_slots = ClientSemaphores(options.fetch_connections_per_client)
         try:
             for name in options.models:
@@ -154,15 +166,23 @@ class RenderService:
         # The metrics watch the local caches: asking the layered one would ask Redis.
         caches: dict[str, Any] = {name: r.mm_processor_cache for name, r in self.renderers.items()}
         caches.update({name: cache.local for name, cache in self.fleet_caches.items()})
-        self.metrics = metrics or ServeMetrics(
-            caches, {name: cache.store for name, cache in self.fleet_caches.items()}
-        )
+        stores = {
+            kind: {
+                name: store
+                for name, cache in self.fleet_caches.items()
+                for store in cache.stores
+                if isinstance(store, RedisL2Store) == (kind == "l2")
+            }
+            for kind in ("l2", "worker")
+        }
+        self.metrics = metrics or ServeMetrics(caches, stores["l2"], stores["worker"])
 
     def _renderer(self, name: str, config: ModelConfig) -> BaseRenderer[Any]:
-        """The model's renderer; with ``--cache-redis-url``, its processor cache over Redis."""
-        if not self.options.cache_redis_url:
+        """The model's renderer; its processor cache over the workers' shared store
+        (``--workers``) and the fleet's Redis (``--cache-redis-url``), when there are such."""
+        cache = layered_cache(name, config, self.options, self._shared)
+        if cache is None:
             return BaseRenderer(config)
-        cache = redis_layered_cache(name, config, self.options)
         self.fleet_caches[name] = cache
         return BaseRenderer(
             config, mm_processor=MULTIMODAL_REGISTRY.create_processor(config, cache=cache)

@@ -47,17 +47,42 @@ class ServerProcess:
                 self._listening.set()
         self._listening.set()
 
+    def pids(self) -> list[int]:
+        """The server's process and its descendants (``--workers``' workers)."""
+        found, pending = [], [self.process.pid]
+        while pending:
+            pid = pending.pop()
+            found.append(pid)
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as children:
+                    pending.extend(int(child) for child in children.read().split())
+            except OSError:
+                continue
+        return found
+
     def status(self, field: str) -> int:
-        """A ``/proc/<pid>/status`` field in bytes (kB fields) or as a count."""
-        with open(f"/proc/{self.process.pid}/status") as status:
-            for line in status:
-                if line.startswith(field + ":"):
-                    value = line.split()[1]
-                    return int(value) * (1024 if line.rstrip().endswith("kB") else 1)
-        raise KeyError(field)
+        """A ``/proc/<pid>/status`` field in bytes (kB fields) or as a count, summed over
+        :meth:`pids`."""
+        total = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/status") as status:
+                    for line in status:
+                        if line.startswith(field + ":"):
+                            value = line.split()[1]
+                            total += int(value) * (1024 if line.rstrip().endswith("kB") else 1)
+            except OSError:
+                continue
+        return total
 
     def fds(self) -> int:
-        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+        total = 0
+        for pid in self.pids():
+            try:
+                total += len(os.listdir(f"/proc/{pid}/fd"))
+            except OSError:
+                continue
+        return total
 
     def stop(self) -> int:
         if self.process.poll() is None:
