@@ -14,6 +14,7 @@ The origins count what they were sent; nothing here asserts how long anything to
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -264,11 +265,17 @@ async def test_without_a_scope_a_connectors_downloads_are_not_bounded_per_reques
 # --- the scope itself ----------------------------------------------------------------------
 
 
-def test_every_download_counts_from_the_requests_first() -> None:
+async def test_every_download_counts_from_the_requests_first_connection() -> None:
     scope = MediaRequestFetchScope()
     image, video = scope.deadline(5.0), scope.deadline(30.0)
+    # Before the request holds a connection its clock has not started: waiting costs nothing.
+    assert image.at == video.at == math.inf and image.allows(1e9)
+    async with scope.connection(image):
+        started = time.monotonic()
     # One clock: the longest timeout is the request's (approx: the clock's value is a float).
     assert video.at - image.at == pytest.approx(25.0)
+    assert image.at == pytest.approx(started + 5.0, abs=0.5)
+    assert scope.deadline(5.0).at == image.at  # a later download shares the clock
     assert (image.seconds, video.seconds) == (5.0, 30.0)
     fixed = MediaRequestFetchScope(deadline_seconds=7.0)
     assert fixed.deadline(5.0).seconds == fixed.deadline(30.0).seconds == 7.0
@@ -335,3 +342,26 @@ def test_the_deadline_is_a_final_504() -> None:
     mapped = map_transport_error(exc, "http://media.example/a.png")
     assert isinstance(mapped, MediaTimeoutError) and mapped.status_code == 504
     assert "5 s fetch deadline passed" in str(mapped)
+
+
+async def test_waiting_for_the_clients_shared_slots_costs_no_deadline() -> None:
+    # One client's requests share its connections: the one that waits for another to finish
+    # starts its clock when it connects, so a client's requests fetch in turn instead of all
+    # timing out together (and all failing at the same moment, a burst the server feels).
+    shared = asyncio.Semaphore(1)
+    first = MediaRequestFetchScope(deadline_seconds=0.3, shared_slots=shared)
+    second = MediaRequestFetchScope(deadline_seconds=0.3, shared_slots=shared)
+    waiting = second.deadline(5.0)
+    async with first.connection(first.deadline(5.0)):
+        task = asyncio.create_task(_hold(second, waiting))
+        await asyncio.sleep(0.5)  # longer than the second request's whole deadline
+    assert await asyncio.wait_for(task, NEVER_HANGS_SECONDS) > 0.1  # connected, time to spare
+    late = first.deadline(5.0)
+    with pytest.raises(RequestDeadlineError):  # once begun, a request's clock runs as before
+        await asyncio.sleep(0.35)
+        late.remaining()
+
+
+async def _hold(scope: MediaRequestFetchScope, deadline: RequestDeadline) -> float:
+    async with scope.connection(deadline):
+        return deadline.remaining()

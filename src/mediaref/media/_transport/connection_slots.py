@@ -30,6 +30,7 @@ once do not accumulate.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ Origin = tuple[str, str, int]  # scheme, canonical host, port
 
 async def acquire_within(slots: asyncio.Semaphore, timeout_seconds: float) -> None:
     """Take a slot, waiting at most ``timeout_seconds``; ``asyncio.TimeoutError`` past that."""
-    if not slots.locked():
+    if not slots.locked() or math.isinf(timeout_seconds):
         # A free slot is taken without suspending; wait_for would fail a timeout of 0 even then.
         await slots.acquire()
         return

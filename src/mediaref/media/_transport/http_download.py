@@ -254,25 +254,27 @@ async def _attempt(
         session = await client.session(
             check_addresses=proxy is None and not request.policy.allow_private_ips
         )
-        async with (
-            _request_slot(request, deadline),
-            slots.hold(
+        waiting_since = time.monotonic()
+        async with _request_slot(request, deadline):
+            # Waiting for the request's (and its client's) connection slots is not this
+            # attempt's time: the request's deadline bounds it once the request has begun.
+            clock.until += time.monotonic() - waiting_since
+            async with slots.hold(
                 _origin(url),
                 origin_wait_seconds=clock.remaining(),
                 pool_wait_seconds=clock.pool_wait(request.timeout_seconds),
-            ) as pool_wait_seconds,
-        ):
-            clock.until += pool_wait_seconds  # another origin's hold is not this origin's time
-            async with session.get(
-                url,
-                allow_redirects=False,
-                proxy=proxy[0] if proxy else None,
-                proxy_auth=proxy[1] if proxy else None,
-                timeout=aiohttp.ClientTimeout(total=clock.remaining()),
-            ) as response:
-                location = _redirect_location(response, request.allow_redirects)
-                if location is None:
-                    return await read_body(response, request.max_bytes, request.charge)
+            ) as pool_wait_seconds:
+                clock.until += pool_wait_seconds  # another origin's hold is not this one's time
+                async with session.get(
+                    url,
+                    allow_redirects=False,
+                    proxy=proxy[0] if proxy else None,
+                    proxy_auth=proxy[1] if proxy else None,
+                    timeout=aiohttp.ClientTimeout(total=clock.remaining()),
+                ) as response:
+                    location = _redirect_location(response, request.allow_redirects)
+                    if location is None:
+                        return await read_body(response, request.max_bytes, request.charge)
         url = resolve_redirect(url, location)
     raise RefusedError(f"more than {MAX_REDIRECT_HOPS} redirects")
 

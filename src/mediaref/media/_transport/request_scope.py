@@ -6,8 +6,11 @@ side with nothing bounding how many, so a request naming 32 URLs on a stalling o
 server slot for 15 s (5 s x 3 attempts) and sent that origin 96 connections. A scope makes what a
 request's fetching may cost a property of the request, not of how many URLs it names:
 
-- **One deadline.** The clock starts when the request's first http(s) download starts. Each
-  download must end by that start plus its own fetch timeout (its modality's
+- **One deadline.** The clock starts when the request's first http(s) download holds its
+  connection slots (the request's own, then its client's shared ones): a request waiting for its
+  client's other requests to free a connection spends none of its deadline, so a client's many
+  requests fetch in turn instead of all timing out at once. Each download must end by that start
+  plus its own fetch timeout (its modality's
   ``VLLM_IMAGE/VIDEO/AUDIO_FETCH_TIMEOUT``, or the ``fetch_timeout`` it was given), or plus
   ``deadline_seconds`` when the scope was given one. So a request spends at most the longest
   timeout among what it fetches: 5 s in all for an image-only request, 30 s with a video. Every
@@ -43,19 +46,31 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from mediaref import envs
 from mediaref.media._transport.connection_slots import acquire_within
 from mediaref.media._transport.errors import RequestDeadlineError
 
 
-@dataclass(frozen=True)
 class RequestDeadline:
-    """When one download of a request must have ended (``time.monotonic()``), and why."""
+    """When one download of a request must have ended (``time.monotonic()``), and why.
 
-    at: float
-    seconds: float  # after the request's first download started
+    Made by a scope, it follows the scope's clock: until one of the request's downloads holds a
+    connection, ``at`` is infinite (waiting for a first connection costs no deadline)."""
+
+    def __init__(
+        self, at: float, seconds: float, *, scope: MediaRequestFetchScope | None = None
+    ) -> None:
+        self._at = at
+        self.seconds = seconds  # after the request's first connection
+        self._scope = scope
+
+    @property
+    def at(self) -> float:
+        if self._scope is None:
+            return self._at
+        started = self._scope.started
+        return math.inf if started is None else started + self.seconds
 
     def remaining(self) -> float:
         """Seconds left; raises :class:`RequestDeadlineError` when none are."""
@@ -71,14 +86,14 @@ class RequestDeadline:
     def passed(self) -> RequestDeadlineError:
         return RequestDeadlineError(
             f"the request's {self.seconds:g} s fetch deadline passed (counted from its first "
-            "download; every attempt and retry of its downloads shares it)"
+            "connection; every attempt and retry of its downloads shares it)"
         )
 
 
 class MediaRequestFetchScope:
     """One request's fetch deadline and connection bound (see the module docstring).
 
-    ``deadline_seconds``: the whole request's deadline, counted from its first download (None:
+    ``deadline_seconds``: the whole request's deadline, counted from its first connection (None:
     each download's own fetch timeout, counted from there). ``max_connections``: downloads of
     the request holding a connection at once (None: ``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS``,
     read when the scope is made; 0 or less: no bound, as for every cap setting). The attribute
@@ -105,15 +120,22 @@ class MediaRequestFetchScope:
         self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
         self._lock = threading.Lock()  # the sync API's loop thread and the caller's may share it
 
+    @property
+    def started(self) -> float | None:
+        """When the request's first download took its connection slots (None: not yet)."""
+        return self._started
+
     def deadline(self, timeout_seconds: float) -> RequestDeadline:
-        """The deadline of a download whose fetch timeout is ``timeout_seconds``; the first call
-        starts the request's clock."""
+        """The deadline of a download whose fetch timeout is ``timeout_seconds``, on the
+        request's clock (which starts at its first connection)."""
+        seconds = self.deadline_seconds if self.deadline_seconds is not None else timeout_seconds
+        return RequestDeadline(math.inf, seconds, scope=self)
+
+    def start(self) -> None:
+        """Start the request's clock, if it has not started."""
         with self._lock:
             if self._started is None:
                 self._started = time.monotonic()
-            started = self._started
-        seconds = self.deadline_seconds if self.deadline_seconds is not None else timeout_seconds
-        return RequestDeadline(started + seconds, seconds)
 
     @asynccontextmanager
     async def connection(self, deadline: RequestDeadline) -> AsyncIterator[None]:
@@ -130,6 +152,7 @@ class MediaRequestFetchScope:
                 except asyncio.TimeoutError:
                     raise deadline.passed() from None
                 held.append(slots)
+            self.start()
             yield
         finally:
             for slots in reversed(held):
