@@ -193,6 +193,14 @@ def _text_cases() -> list[Case]:
                 {"role": "user", "content": "Tell me more."},
             ],
         ),
+        _vl(
+            "developer_role",
+            [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Hi."},
+                {"role": "developer", "content": "Answer in French."},
+            ],
+        ),
         _vl("no_generation_prompt", hello, add_generation_prompt=False),
         _vl(
             "continue_final_message",

@@ -661,3 +661,47 @@ async def test_end_to_end_embeddings_from_chat_reach_their_placeholders(
     finally:
         renderer.shutdown()
     assert [p.length for p in out["mm_placeholders"]["image"]] == [4, 6]
+
+
+# -- the developer role (vLLM 0.33's renderers/hf.py: a template without it gets system) --------
+
+
+def test_a_developer_message_renders_as_system_when_the_template_has_no_developer_role(
+    vl_info: BaseProcessingInfo,
+) -> None:
+    # Qwen2-VL's template knows no "developer": vLLM renders the message as a system one (not
+    # "<|im_start|>developer"); the same tokens as the system message, as on vLLM's server.
+    ask = {"role": "user", "content": "Hi"}
+    as_developer = chat_utils.apply_chat_template(
+        vl_info, [{"role": "developer", "content": "Be terse.", "tools": []}, ask]
+    )
+    as_system = chat_utils.apply_chat_template(
+        vl_info, [{"role": "system", "content": "Be terse."}, ask]
+    )
+    assert as_developer == as_system
+    assert "developer" not in as_developer
+
+
+def test_system_messages_are_merged_first_once_a_developer_one_joins_them(
+    vl_info: BaseProcessingInfo,
+) -> None:
+    conversation = [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "Hi"},
+        {"role": "developer", "content": [{"type": "text", "text": "Answer in French."}]},
+    ]
+    prompt = chat_utils.apply_chat_template(vl_info, conversation)
+    assert prompt.startswith("<|im_start|>system\nBe terse.\n\nAnswer in French.<|im_end|>\n")
+    assert prompt.count("<|im_start|>system") == 1
+
+
+def test_a_template_that_knows_the_developer_role_gets_it_as_it_is(
+    vl_info: BaseProcessingInfo,
+) -> None:
+    template = (
+        "{% for m in messages %}{% if m['role'] == 'developer' %}[dev]{% endif %}"
+        "{{ m['role'] }}:{{ m['content'] }};{% endfor %}"
+    )
+    conversation = [{"role": "developer", "content": "x"}, {"role": "user", "content": "y"}]
+    prompt = chat_utils.apply_chat_template(vl_info, conversation, chat_template=template)
+    assert prompt == "[dev]developer:x;user:y;"

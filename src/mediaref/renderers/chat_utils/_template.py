@@ -96,6 +96,46 @@ _probed_placeholders: dict[tuple[str, str, int], str] = {}
 _probed_lock = threading.Lock()
 
 
+def _template_knows_developer(template: str) -> bool:
+    # vLLM's test: the role's name quoted anywhere in the template's source.
+    return '"developer"' in template or "'developer'" in template
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    texts = [
+        part if isinstance(part, str) else part.get("text", "")
+        for part in content or ()
+        if isinstance(part, str) or (isinstance(part, Mapping) and "text" in part)
+    ]
+    return "\n".join(texts)
+
+
+def developer_as_system(
+    conversation: Sequence[Mapping[str, Any]], template: str
+) -> Sequence[Mapping[str, Any]]:
+    """``conversation`` as vLLM 0.33 renders it with a template that has no ``developer`` role:
+    each developer message becomes a system message (its ``tools`` dropped), and when a system
+    message then stands anywhere but first (or there are several), all of them are merged, their
+    texts joined by a blank line, into one system message at the start. Unchanged otherwise."""
+    if _template_knows_developer(template) or not any(
+        message.get("role") == "developer" for message in conversation
+    ):
+        return conversation
+    converted: list[Mapping[str, Any]] = []
+    for message in conversation:
+        if message.get("role") == "developer":
+            message = {k: v for k, v in message.items() if k != "tools"} | {"role": "system"}
+        converted.append(message)
+    systems = [i for i, message in enumerate(converted) if message.get("role") == "system"]
+    if systems in ([], [0]):
+        return converted
+    texts = [_text_of(converted[i].get("content", "")) for i in systems]
+    merged = {"role": "system", "content": "\n\n".join(text for text in texts if text)}
+    return [merged, *(m for m in converted if m.get("role") != "system")]
+
+
 class ModelChatTemplate:
     """The chat template a request renders with: the request's own, else the model's."""
 
@@ -160,6 +200,7 @@ class ModelChatTemplate:
                 parameter="chat_template_kwargs",
             )
         source = template if template is not None else self.source
+        conversation = developer_as_system(conversation, source)
         try:
             rendered = self._info.get_tokenizer().apply_chat_template(
                 list(conversation),
@@ -299,5 +340,6 @@ __all__ = [
     "ModelPlaceholders",
     "apply_chat_template",
     "detect_content_format",
+    "developer_as_system",
     "resolve_chat_template_content_format",
 ]
