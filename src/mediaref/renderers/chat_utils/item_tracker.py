@@ -23,9 +23,10 @@ import asyncio
 import functools
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeAlias, TypeVar, cast
 
+from mediaref import envs
 from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import (
     MultiModalBatchedField,
@@ -303,20 +304,28 @@ class MultiModalItemTracker(BaseMultiModalItemTracker["tuple[object, str | None]
 
 
 class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[AsyncItem]):
-    """Resolves all of its items at once: every fetch of the request runs concurrently."""
+    """Resolves its items concurrently, at most as many at once as a request may connect
+    (``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS``, 16; 0 or less: all at once).
+
+    An item is started only when one of those places is free: a request naming 32 URLs keeps 16
+    fetches alive, not 32 coroutines of which half wait for a connection (each a chain of frames
+    the garbage collector walks while it waits; the stalled requests of one client held
+    hundreds, and a full collection took 100 ms). After a failure no further item starts.
+    """
 
     async def resolve_items(self) -> _ResolvedItems:
         """``(mm_data, mm_uuids)`` per modality; ``(None, None)`` if no item was added.
 
-        Every item runs to its end before a failure is raised (the first in request order): no
-        download is left running unobserved behind an error that already reached the client.
+        Every started item runs to its end before a failure is raised (the first in request
+        order): no download is left running unobserved behind an error that already reached
+        the client.
         """
         if not self._items_by_modality:
             return None, None
         order = list(self._arrival)
-        results = await asyncio.gather(
-            *(self._items_by_modality[modality][index]() for modality, index in order),
-            return_exceptions=True,
+        results = await _run_bounded(
+            [self._items_by_modality[modality][index] for modality, index in order],
+            _items_at_once(len(order)),
         )
         for result in results:
             if isinstance(result, BaseException):
@@ -326,7 +335,7 @@ class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[AsyncItem]):
             for modality, items in self._items_by_modality.items()
         }
         for (modality, index), result in zip(order, results, strict=True):
-            resolved[modality][index] = result  # type: ignore[assignment]  # failures raised above
+            resolved[modality][index] = cast(tuple[object, str | None], result)  # no failure left
         if "vision_chunk" in resolved:
             await predecode_async(resolved["vision_chunk"])
         if resolved.keys() & _CPU_BOUND_MODALITIES:
@@ -338,6 +347,36 @@ class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[AsyncItem]):
         self, mm_processor_kwargs: dict[str, Any] | None = None
     ) -> BaseMultiModalContentParser:
         return AsyncMultiModalContentParser(self, mm_processor_kwargs=mm_processor_kwargs)
+
+
+def _items_at_once(count: int) -> int:
+    bound = int(envs.MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS)
+    return count if bound <= 0 else max(1, min(bound, count))
+
+
+async def _run_bounded(starts: list[Callable[[], Awaitable[Any]]], at_once: int) -> list[object]:
+    """Each ``start()``'s result or exception, in order, at most ``at_once`` running; after the
+    first exception nothing more starts (those never started are left None)."""
+    results: list[object] = [None] * len(starts)
+    running: dict[asyncio.Future[Any], int] = {}
+    next_start, failed = 0, False
+    try:
+        while running or (next_start < len(starts) and not failed):
+            while next_start < len(starts) and not failed and len(running) < at_once:
+                running[asyncio.ensure_future(starts[next_start]())] = next_start
+                next_start += 1
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                index = running.pop(task)
+                error = task.exception()
+                results[index] = error if error is not None else task.result()
+                failed = failed or error is not None
+    except BaseException:  # cancelled: so are the items still running, and awaited
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        raise
+    return results
 
 
 __all__ = [
