@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from mediaref.processing.context import DTYPES
-from mediaref.serve.options import DEFAULT_MODEL, LOG_LEVELS, TENSOR_FORMATS, ServeOptions
+from mediaref.serve.options import (
+    DEFAULT_MODEL,
+    LOG_LEVELS,
+    TENSOR_FORMATS,
+    ServeOptions,
+    available_cores,
+)
 
 EXAMPLE_REQUEST = "example_request.json"
 
@@ -335,9 +341,7 @@ _SERVE_ONLY = (
 def _workers(value: str) -> int:
     """``--workers``: a count, or ``auto`` (the cores this process may run on)."""
     if value == "auto":
-        import os
-
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        return available_cores()
     try:
         return int(value)
     except ValueError:

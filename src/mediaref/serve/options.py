@@ -10,6 +10,7 @@ address policy (no private addresses, no ``file:`` URLs) unless the operator ope
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -27,6 +28,11 @@ _BYTES_PER_MB = 1024 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TensorFormat = Literal["vllm", "safetensors"]
 TENSOR_FORMATS: tuple[TensorFormat, ...] = ("vllm", "safetensors")
+
+
+def available_cores() -> int:
+    """The cores this process may run on (``--workers auto``; the server's pool sizes)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 
 
 def resolve_model_dir(model: str) -> str:
@@ -279,5 +285,6 @@ __all__ = [
     "TENSOR_FORMATS",
     "ServeOptions",
     "TensorFormat",
+    "available_cores",
     "resolve_model_dir",
 ]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ from mediaref.serve.fair_pool import FairPool
 from mediaref.serve.features import build_features, item_info
 from mediaref.serve.fleet_cache import layered_cache
 from mediaref.serve.metrics import ServeMetrics
-from mediaref.serve.options import ServeOptions, resolve_model_dir
+from mediaref.serve.options import ServeOptions, available_cores, resolve_model_dir
 from mediaref.serve.prompt_checks import (
     PlaceholderTokens,
     bounded_chat_prompt,
@@ -107,11 +106,6 @@ LOCAL_CLIENT = "local"
 """The client a request counts as outside the server (``mediaref render``, library callers)."""
 
 
-def _cores() -> int:
-    """The cores this process may run on."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-
-
 def _media_items(mm_data: Any) -> list[tuple[str, Any]]:
     items: list[tuple[str, Any]] = []
     for modality, value in (mm_data or {}).items():
@@ -136,7 +130,7 @@ class RenderService:
         self.renderers: dict[str, BaseRenderer[Any]] = {}
         self.placeholders: dict[str, PlaceholderTokens] = {}
         self._model_dirs: dict[str, str] = {}
-        cores = _cores()
+        cores = available_cores()
         # Twice the cores, a quarter of them one client's at most: another client's work always
         # finds a free thread. The pool's jobs are the long ones (long prompts' bounds, large
         # bodies and responses); a request's short work runs where it is (INLINE_TEXT_CHARS).
