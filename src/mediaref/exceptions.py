@@ -34,6 +34,10 @@ working. Every class carries ``status_code`` so a server can map the whole hiera
 lookup.
 
 Transport errors name the URL (``data:`` URLs shortened, see :func:`describe_url`) and the reason.
+
+An error that has been answered (or dropped beside the one that was) should be let go with
+:func:`release_frames`: an exception's traceback holds its frames, whose locals often hold the
+exception, so without it every failed fetch leaves a cycle for the garbage collector.
 """
 
 from __future__ import annotations
@@ -173,6 +177,31 @@ class MediaTimeoutError(MediaServerError, TimeoutError):
     status_code = 504
 
 
+def release_frames(error: BaseException) -> None:
+    """Let go of the tracebacks of ``error`` and of the errors it chains to or groups.
+
+    A failed media fetch raises through a chain (``CancelledError`` → ``TimeoutError`` →
+    :class:`MediaTimeoutError`...) whose tracebacks hold their frames, and those frames' locals
+    hold the exceptions: a reference cycle that only a full garbage collection frees. A client
+    whose requests name dozens of stalling URLs made thousands of them; each full collection
+    then walked them, tens to hundreds of milliseconds that every other request felt. Called
+    once an error has been answered or logged, it breaks each cycle at the exception's end, so
+    reference counting frees the frames at once. The frames themselves are not cleared: an
+    error shared by several waiters may still be propagating through a suspended one.
+    """
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        grouped = getattr(current, "exceptions", ())  # an ExceptionGroup's members
+        if isinstance(grouped, tuple):
+            pending.extend(e for e in grouped if isinstance(e, BaseException))
+
+
 __all__ = [
     "MediaClientError",
     "MediaNotAllowedError",
@@ -187,4 +216,5 @@ __all__ = [
     "VLLMUnprocessableEntityError",
     "VLLMValidationError",
     "describe_url",
+    "release_frames",
 ]

@@ -24,7 +24,12 @@ from typing import Any
 from aiohttp import web
 from jinja2 import TemplateError
 
-from mediaref.exceptions import MediaRefError, VLLMClientError, VLLMValidationError
+from mediaref.exceptions import (
+    MediaRefError,
+    VLLMClientError,
+    VLLMValidationError,
+    release_frames,
+)
 from mediaref.serve.logs import client_error_log, logger
 
 # OpenAI's client error names where it has one, the status's name otherwise.
@@ -86,7 +91,9 @@ def error_response_for(
     where = f" ({context})" if context else ""
     if status >= 500 and not isinstance(exc, MediaRefError):
         logger.error("render request failed%s", where, exc_info=exc)
+        release_frames(exc)  # logged: nothing needs its frames now
         return status, error_body(status, INTERNAL_ERROR_MESSAGE)
+    release_frames(exc)
     if isinstance(exc, web.HTTPException):
         message = exc.text or exc.reason
     else:

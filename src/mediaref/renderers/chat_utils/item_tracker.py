@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 from mediaref import envs
-from mediaref.exceptions import VLLMValidationError
+from mediaref.exceptions import VLLMValidationError, release_frames
 from mediaref.inputs import (
     MultiModalBatchedField,
     MultiModalDataDict,
@@ -327,9 +327,11 @@ class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[AsyncItem]):
             [self._items_by_modality[modality][index] for modality, index in order],
             _items_at_once(len(order)),
         )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        failures = [result for result in results if isinstance(result, BaseException)]
+        if failures:
+            for dropped in failures[1:]:  # only the first is answered
+                release_frames(dropped)
+            raise failures[0]
         resolved: dict[str, list[tuple[object, str | None]]] = {
             modality: [(None, None)] * len(items)
             for modality, items in self._items_by_modality.items()
