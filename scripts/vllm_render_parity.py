@@ -7,7 +7,10 @@ answer. ``tests/test_render_parity.py`` then renders the same bodies with ``medi
 compares, with no vLLM installed. Run it from the repository's venv, pointing at a vLLM 0.33.0
 interpreter (a scratch venv; ``docs/performance.md`` says how to make one)::
 
-    python scripts/vllm_render_parity.py --vllm-python VLLM_VENV/bin/python
+    python scripts/vllm_render_parity.py --vllm-python VLLM_VENV/bin/python [--only NAME,...]
+
+``--only`` re-records the cases named and keeps every other recorded answer (for an answer that
+depends on the machine, like ``audio_two_clips``'s FFT bits: ``docs/compat.md``).
 """
 
 from __future__ import annotations
@@ -91,10 +94,11 @@ class VllmRender:
         self.process.wait(60)
 
 
-def record(python: str) -> dict[str, Any]:
+def record(python: str, only: set[str] | None = None) -> dict[str, Any]:
     by_model: dict[str, list[Case]] = {}
     for case in cases():
-        by_model.setdefault(case.model, []).append(case)
+        if only is None or case.name in only:
+            by_model.setdefault(case.model, []).append(case)
     recorded: dict[str, Any] = {}
     for model, model_cases in by_model.items():
         # The directory by its built-in name, from its parent: vLLM's item hashes carry the model
@@ -119,7 +123,12 @@ def record(python: str) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vllm-python", required=True, help="a vLLM 0.33.0 interpreter")
+    parser.add_argument("--only", help="comma-separated case names: re-record these, keep the rest")
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    unknown = (only or set()) - {case.name for case in cases()}
+    if unknown:
+        parser.error(f"no such case: {', '.join(sorted(unknown))}")
     version = subprocess.run(
         [args.vllm_python, "-c", "import vllm; print(vllm.__version__)"],
         capture_output=True,
@@ -130,8 +139,13 @@ def main() -> int:
         "about": "vLLM's render server's answers to tests/_render_corpus.py; "
         "scripts/vllm_render_parity.py records them",
         "versions": {"vllm": version},
-        "cases": record(args.vllm_python),
+        "cases": record(args.vllm_python, only),
     }
+    if only is not None:  # the other answers as they were recorded
+        kept = json.loads(OUT.read_text())
+        document["cases"] = {
+            name: document["cases"].get(name, answer) for name, answer in kept["cases"].items()
+        }
     OUT.write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {len(document['cases'])} answers to {OUT}", file=sys.stderr)
     return 0
