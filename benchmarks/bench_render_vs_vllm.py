@@ -9,10 +9,13 @@ response (``mm_payload`` at its default, ``tensors``, vLLM's wire format on both
 ``--in-flight`` at a time and timed from sending to the last byte read:
 
 - **cold**: every image distinct (``--requests`` of them);
-- **hot**: ``--pool`` images, each sent once beforehand, then repeated (``--requests`` in all).
+- **hot**: ``--pool`` images, each sent once beforehand, then repeated (``--requests`` in all);
+- **routing**: what a router asks (llm-d's workload): four distinct 720p JPEGs a request,
+  ``mm_payload: "none"`` (token ids, hashes and placeholders only), every image distinct.
 
 Reports requests/s and p50/p99 per server and workload, and mediaref's ratios over vLLM's. The
-issue's targets (27): >= 3x vLLM's throughput cold, >= 8x hot, hot p99 under vLLM's hot p50.
+issue's targets (27): >= 3x vLLM's throughput cold, >= 8x hot, hot p99 under vLLM's hot p50;
+>= 20x on the routing workload.
 
     python benchmarks/bench_render_vs_vllm.py --vllm-python VLLM_VENV/bin/python
         [--requests 120] [--pool 8] [--in-flight 4] [--json out.json] [--chart PATH]
@@ -35,11 +38,12 @@ from typing import Any
 import numpy as np
 
 import _charts
-from _bench_media import PHOTO_NAMES, encode_image, load_photo, photo_variant
+from _bench_media import HD, PHOTO_NAMES, encode_image, load_photo, photo_variant
 from bench_render import drive, summary
 
 SERVERS = ("mediaref", "vllm")
-WORKLOADS = ("cold", "hot")
+WORKLOADS = ("cold", "hot", "routing")
+ROUTING_IMAGES = 4
 STARTUP_S = 600
 
 
@@ -106,19 +110,31 @@ class RenderServer:
         self.process.wait(60)
 
 
-def chat_body(jpeg: bytes) -> bytes:
-    url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
-    content = [{"type": "image_url", "image_url": {"url": url}}]
+def chat_body(*jpegs: bytes, **fields: Any) -> bytes:
+    content: list[dict[str, Any]] = [
+        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + b64}}
+        for b64 in (base64.b64encode(jpeg).decode("ascii") for jpeg in jpegs)
+    ]
     content.append({"type": "text", "text": "What is in this image?"})
-    return json.dumps({"messages": [{"role": "user", "content": content}]}).encode()
+    return json.dumps({"messages": [{"role": "user", "content": content}], **fields}).encode()
 
 
-def make_images(count: int, seed: int) -> list[bytes]:
-    """``count`` distinct 1080p JPEGs (random crops of scikit-image's photos)."""
+def make_images(count: int, seed: int, size: tuple[int, int] | None = None) -> list[bytes]:
+    """``count`` distinct JPEGs, 1080p unless ``size`` (random crops of scikit-image's photos)."""
     rng = np.random.default_rng(seed)
     photos = [load_photo(name) for name in PHOTO_NAMES]
+    extra = {} if size is None else {"size": size}
     return [
-        encode_image(photo_variant(photos[i % len(photos)], rng), "JPEG", quality=90)
+        encode_image(photo_variant(photos[i % len(photos)], rng, **extra), "JPEG", quality=90)
+        for i in range(count)
+    ]
+
+
+def routing_bodies(count: int, seed: int) -> list[bytes]:
+    """``count`` requests of four distinct 720p JPEGs each, ``mm_payload: "none"``."""
+    images = make_images(count * ROUTING_IMAGES, seed, size=HD)
+    return [
+        chat_body(*images[i * ROUTING_IMAGES : (i + 1) * ROUTING_IMAGES], mm_payload="none")
         for i in range(count)
     ]
 
@@ -134,12 +150,14 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, dict[str, flo
     results: dict[str, dict[str, dict[str, float]]] = {}
     for kind in args.servers:
         cold = [chat_body(jpeg) for jpeg in make_images(args.requests, seed=2)]
-        warm = [chat_body(jpeg) for jpeg in make_images(4, seed=3)]
+        routing = routing_bodies(args.requests, seed=4)
+        warm = [chat_body(jpeg) for jpeg in make_images(4, seed=3)] + routing_bodies(2, seed=5)
         server = RenderServer(kind, server_cores, args.vllm_python)
         try:
             await drive(server.url, warm + pool, args.in_flight, f"{kind} warm-up")
             results[kind] = {}
-            for name, bodies in (("cold", cold), ("hot", hot)):
+            workloads = {"cold": cold, "hot": hot, "routing": routing}
+            for name, bodies in ((n, workloads[n]) for n in args.workloads):
                 wall, latencies = await drive(server.url, bodies, args.in_flight, f"{kind} {name}")
                 results[kind][name] = summary(wall, latencies)
         finally:
@@ -153,8 +171,12 @@ def report(results: dict[str, dict[str, dict[str, float]]], args: argparse.Names
         f"{args.requests} requests per workload, {args.in_flight} in flight, one 1080p JPEG "
         f"(data: URL) a request, tensors in the response; each server pinned to the same core"
     )
+    print(
+        f"routing: {ROUTING_IMAGES} distinct 720p JPEGs a request, mm_payload none "
+        "(token ids, hashes and placeholders only)"
+    )
     print(f"{'workload':<8} {'server':<9} {'req/s':>8} {'p50':>9} {'p99':>9}")
-    for name in WORKLOADS:
+    for name in args.workloads:
         for kind in args.servers:
             r = results[kind][name]
             print(
@@ -170,18 +192,19 @@ def report(results: dict[str, dict[str, dict[str, float]]], args: argparse.Names
 
 
 def chart(results: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
+    workloads = list(results["mediaref"])
     _charts.grouped_bars(
         path,
-        title="Render servers, 1080p JPEG chat requests, tensors in the response, one core",
-        groups=[f"{name}\nreq/s" for name in WORKLOADS],
+        title="Render servers, JPEG chat requests (routing: 4 x 720p, no tensors), one core",
+        groups=[f"{name}\nreq/s" for name in workloads],
         series={
-            "mediaref serve": [results["mediaref"][n]["requests_per_s"] for n in WORKLOADS],
-            "vllm launch render": [results["vllm"][n]["requests_per_s"] for n in WORKLOADS],
+            "mediaref serve": [results["mediaref"][n]["requests_per_s"] for n in workloads],
+            "vllm launch render": [results["vllm"][n]["requests_per_s"] for n in workloads],
         },
         ylabel="requests per second",
         ratios=[
             results["mediaref"][n]["requests_per_s"] / results["vllm"][n]["requests_per_s"]
-            for n in WORKLOADS
+            for n in workloads
         ],
         ratio_caption="mediaref / vLLM throughput",
         footnote=_charts.machine_note(),
@@ -195,6 +218,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=120, help="requests per workload")
     parser.add_argument("--pool", type=int, default=8, help="distinct images the hot run repeats")
     parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="cold,hot,routing or some")
     parser.add_argument(
         "--server-cores", type=lambda text: [int(c) for c in text.split(",")], default=None
     )
@@ -202,6 +226,7 @@ def main() -> None:
     _charts.add_chart_argument(parser)
     args = parser.parse_args()
     args.servers = tuple(args.servers.split(","))
+    args.workloads = tuple(args.workloads.split(","))
     results: Any = asyncio.run(measure(args))
     report(results, args)
     if args.json:

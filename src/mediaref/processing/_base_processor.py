@@ -257,9 +257,13 @@ class BaseMultiModalProcessor(PromptUpdateStages[_I]):
             else:
                 result = self._apply_hf_processor(inputs, timing_ctx)
             with timing_ctx.record("apply_prompt_updates"):
-                prompt_ids, placeholders = self._maybe_apply_prompt_updates(
-                    inputs.mm_data_items, result
-                )
+                return self._inputs_with_prompt_updates(inputs, result)
+
+    def _inputs_with_prompt_updates(
+        self, inputs: ProcessorInputs, result: MultiModalProcessingResult
+    ) -> MultiModalInputs:
+        """The model inputs of a processed request: its prompt updates applied."""
+        prompt_ids, placeholders = self._maybe_apply_prompt_updates(inputs.mm_data_items, result)
         return MultiModalInputs(
             type="multimodal",
             prompt_token_ids=prompt_ids,

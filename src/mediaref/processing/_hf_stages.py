@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from mediaref.processing.context import BaseProcessingInfo
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder
@@ -125,6 +125,14 @@ class HfProcessorStages(ABC, Generic[_I]):
         hf_data, hf_kwargs, passthrough_data = self._get_hf_mm_inputs(mm_items, hf_kwargs)
         processed = self._call_hf_processor(hf_data, hf_kwargs) if hf_data else None
         return self._finalize_hf_mm_data(hf_data, hf_kwargs, passthrough_data, processed)
+
+    def _get_layout_hf_inputs(
+        self, mm_items: MultiModalDataItems, hf_processor_mm_kwargs: Mapping[str, object]
+    ) -> Mapping[str, Any] | None:
+        """The HF outputs this model's prompt updates read (Qwen2-VL's grids), from the items'
+        headers with nothing decoded; None, the default: they need the pixels (mediaref, see
+        :mod:`mediaref.processing.layout`)."""
+        return None
 
     @abstractmethod
     def _get_mm_fields_config(

@@ -29,6 +29,7 @@ from mediaref.inputs import MultiModalDataDict, MultiModalInputs, MultiModalUUID
 from mediaref.media.decode import await_drained
 from mediaref.processing.context import TimingContext
 from mediaref.processing.inputs import ProcessorInputs
+from mediaref.processing.layout import apply_layout
 from mediaref.processing.processor import BaseMultiModalProcessor, MultiModalApplyState
 from mediaref.processing.torch_threads import set_default_torch_num_threads
 from mediaref.registry import MultiModalTimingRegistry
@@ -53,6 +54,10 @@ class MultiModalRequest:
     mm_uuids: MultiModalUUIDDict | None = None
     media_io_kwargs: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     skip_mm_cache: bool = False
+    layout_only: bool = False
+    """Whether the caller needs only the token ids, hashes and placeholders: where the model can
+    place every item from its header, nothing is decoded or processed
+    (:mod:`mediaref.processing.layout`); the ``mm_kwargs`` then hold no tensor to send."""
     timing_ctx: TimingContext | None = None
     """Where this request's stage timings go (``decode_media``, ``apply_hf_processor``...), for a
     caller that reports them per request (the render server's metrics); None: the renderer's
@@ -278,8 +283,17 @@ class MultiModalWorker:
             _bounded_torch_threads, self._process_blocking, request
         ).result()
 
+    def _layout(self, request: MultiModalRequest) -> MultiModalInputs | None:
+        processor, inputs, _ = self._prepare(request)
+        return apply_layout(processor, inputs)
+
     async def process_split_async(self, request: MultiModalRequest) -> MultiModalInputs:
-        """Phase 1 on the worker, the decode wait here, phase 2 on the worker."""
+        """Phase 1 on the worker, the decode wait here, phase 2 on the worker (or, for a
+        ``layout_only`` request the model can place from headers, the layout alone)."""
+        if request.layout_only:
+            layout = await await_drained(self._run(self._layout, request))
+            if layout is not None:
+                return layout
         phase1 = self._run(self._phase1, request)
         try:
             processor, state = await await_drained(phase1)

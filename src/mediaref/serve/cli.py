@@ -110,6 +110,13 @@ def _add_media_options(parser: argparse.ArgumentParser, *, local_default: str) -
     ):
         parser.add_argument(flag, action="store_true", help=f"accept {what} (default: 400)")
     parser.add_argument(
+        "--no-layout-from-headers",
+        dest="layout_from_headers",
+        action="store_false",
+        help='render mm_payload "none" requests in full too (default: from headers where the '
+        "model can: nothing decoded)",
+    )
+    parser.add_argument(
         "--eager-media",
         action="store_true",
         help="the benchmark baseline: decode at fetch, hash pixels (vLLM 0.33's way; slower)",
@@ -372,6 +379,7 @@ def options_from(args: argparse.Namespace, **overrides: Any) -> ServeOptions:
         "trust_request_chat_template": args.trust_request_chat_template,
         "trust_request_mm_uuids": args.trust_request_mm_uuids,
         "eager_media": args.eager_media,
+        "layout_from_headers": args.layout_from_headers,
     }
     for name in _SERVE_ONLY:
         if hasattr(args, name):

@@ -142,6 +142,10 @@ class ServeOptions:
     encoded_cache_mb: float = 512.0
     """Encoded tensors of recently sent items (base64 safetensors, by item hash), so a repeated
     item's response is not encoded again; 0: off (:mod:`mediaref.serve.encoded_cache`)."""
+    layout_from_headers: bool = True
+    """With ``mm_payload: "none"``, answer from the items' headers where the model can (token
+    ids, hashes, placeholders: nothing decoded or processed, :mod:`mediaref.processing.layout`);
+    off: every request renders in full, so a payload whose pixels do not decode is refused."""
     eager_media: bool = False
     """The benchmark baseline, vLLM 0.33's way: decode every item at fetch and hash its pixels
     (``benchmarks/bench_render.py``). Never faster; do not serve with it."""

@@ -289,6 +289,14 @@ class RenderService:
                 mm_data or {},
                 mm_processor_kwargs=request.mm_processor_kwargs or {},
                 mm_uuids=mm_uuids,
+                # Routers ask for token ids, hashes and placeholders only: from the headers.
+                layout_only=(
+                    request.mm_payload == "none"
+                    and self.options.layout_from_headers
+                    and self.options.tensor_format
+                    == "vllm"  # safetensors' kwargs_info needs tensors
+                    and not self.options.eager_media
+                ),
             ),
             timings,
             client,

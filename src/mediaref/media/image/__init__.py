@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pybase64
-from PIL import Image, ImageMode
+from PIL import ExifTags, Image, ImageMode
 
 from mediaref import envs
 from mediaref.exceptions import MediaRefError
@@ -313,6 +313,37 @@ def read_image_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
+_SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})  # transposes and quarter turns
+
+
+def read_jpeg_upright_size(data: bytes) -> tuple[int, int] | None:
+    """The ``(width, height)`` :meth:`ImageMediaIO.load_bytes` decodes a JPEG to (its EXIF
+    orientation applied), read from its header: no pixel is decoded.
+
+    None when ``data`` is not a JPEG (another format may keep its orientation after its pixels,
+    PNG's eXIf chunk say) or when its header or EXIF block will not parse: the decode then says
+    what is wrong. The orientation is read as the decode reads it (``getexif``: EXIF, then XMP).
+    """
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    try:
+        header = open_image_header(data)
+    except MediaRefError:
+        return None  # a cap or a refusal: the decode raises it
+    except PAYLOAD_ERRORS:
+        return None
+    try:
+        if header.image.format != "JPEG":
+            return None
+        width, height = header.image.size
+        orientation = header.image.getexif().get(ExifTags.Base.Orientation, 1)
+    except PAYLOAD_ERRORS:
+        return None
+    finally:
+        header.close()
+    return (height, width) if orientation in _SWAPPING_ORIENTATIONS else (width, height)
+
+
 def _decode_failure(exc: Exception) -> ValueError:
     """The one mapping of Pillow's exceptions for a payload that won't decode."""
     return ValueError(f"Failed to decode image: {str(exc) or type(exc).__name__}")
@@ -358,4 +389,5 @@ __all__ = [
     "normalize_image",
     "open_image",
     "read_image_size",
+    "read_jpeg_upright_size",
 ]

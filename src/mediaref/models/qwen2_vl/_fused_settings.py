@@ -34,6 +34,7 @@ __all__ = [
     "image_settings",
     "image_target",
     "smart_resize",
+    "target_size",
     "video_settings",
     "video_target",
 ]
@@ -157,7 +158,8 @@ def video_settings(
     return _settings(video_processor, kwargs, dtype)
 
 
-def _target(height: int, width: int, settings: FusedVisionSettings) -> tuple[int, int] | None:
+def target_size(height: int, width: int, settings: FusedVisionSettings) -> tuple[int, int] | None:
+    """The resized ``(height, width)`` of an item of that size; None: HF raises its own error."""
     if height < 1 or width < 1:
         return None
     try:
@@ -174,8 +176,8 @@ def image_target(image: object, settings: FusedVisionSettings) -> tuple[int, int
         return None
     source = image.info.get(DRAFT_SOURCE_SIZE)
     if source is not None:
-        return _target(int(source[1]), int(source[0]), settings)
-    return _target(image.height, image.width, settings)
+        return target_size(int(source[1]), int(source[0]), settings)
+    return target_size(image.height, image.width, settings)
 
 
 def video_target(frames: object, settings: FusedVisionSettings) -> tuple[int, int] | None:
@@ -188,4 +190,4 @@ def video_target(frames: object, settings: FusedVisionSettings) -> tuple[int, in
         and frames.shape[-1] == 3
     ):
         return None
-    return _target(int(frames.shape[1]), int(frames.shape[2]), settings)
+    return target_size(int(frames.shape[1]), int(frames.shape[2]), settings)

@@ -30,6 +30,7 @@ from mediaref.models.qwen2_vl._approx import (
     smart_resize_scaling,
 )
 from mediaref.models.qwen2_vl._fused_settings import image_settings, video_settings
+from mediaref.models.qwen2_vl._layout import image_grids_from_headers
 from mediaref.models.qwen2_vl._routing import call_with_fused_path
 from mediaref.parse import (
     DictEmbeddingItems,
@@ -228,6 +229,23 @@ class Qwen2VLMultiModalProcessor(BaseMultiModalProcessor[Qwen2VLProcessingInfo])
             dtype=self.info.ctx.model_config.dtype,
             call_hf=lambda data: call_hf(data, hf_kwargs),
         )
+
+    def _get_layout_hf_inputs(
+        self, mm_items: MultiModalDataItems, hf_processor_mm_kwargs: Mapping[str, object]
+    ) -> Mapping[str, torch.Tensor] | None:
+        # Images only: a clip's frame count needs its container and the sampling rule.
+        if set(mm_items) != {"image"}:
+            return None
+        hf_kwargs = hf_processor_mm_kwargs
+        if self.info.mm_device_do_normalize:
+            hf_kwargs = device_normalize_kwargs(hf_kwargs)
+        grids = image_grids_from_headers(
+            getattr(self.info.get_hf_processor(**hf_kwargs), "image_processor", None),
+            self.info.ctx.get_merged_mm_kwargs(hf_kwargs),
+            self.info.ctx.model_config.dtype,
+            mm_items["image"].get_all_raw(),
+        )
+        return None if grids is None else {"image_grid_thw": grids}
 
     def _get_mm_fields_config(
         self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]
