@@ -236,3 +236,30 @@ async def test_a_placeholder_token_smuggled_past_the_text_check_is_refused(serve
     status, body = await chat_status(server, body)
     assert status == 400, body
     assert "3 media placeholder" in body["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("token_ids", "ranges", "strays"),
+    [
+        ([1, 9, 9, 2], [(1, 2)], 0),  # every placeholder in its item's range
+        ([9, 1, 9, 9, 2], [(2, 2)], 1),  # one before the item
+        ([1, 9, 9, 9, 2], [(1, 2), (2, 2)], 0),  # overlapping ranges covering every one
+        ([9, 9, 1, 9], [(0, 2), (1, 1)], 1),  # overlap: counts alone would hide the stray
+    ],
+)
+def test_the_placeholder_check_finds_every_stray(
+    token_ids: list[int], ranges: list[tuple[int, int]], strays: int
+) -> None:
+    from mediaref.exceptions import VLLMValidationError
+    from mediaref.inputs import PlaceholderRange
+    from mediaref.serve.prompt_checks import PlaceholderTokens
+
+    check = PlaceholderTokens.__new__(PlaceholderTokens)
+    check.by_id = {9: "<|image_pad|>"}
+    placeholders = {"image": [PlaceholderRange(offset=o, length=n) for o, n in ranges]}
+    for ids in (token_ids, tuple(token_ids)):  # the counting path and the array path
+        if strays:
+            with pytest.raises(VLLMValidationError, match=f"{strays} media placeholder"):
+                check.check(ids, placeholders, parameter="messages")
+        else:
+            check.check(ids, placeholders, parameter="messages")

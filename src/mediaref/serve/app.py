@@ -195,16 +195,18 @@ async def _render(request: web.Request, render: _Render) -> web.Response:
     state.enter()
     try:
         with state.bodies.account(client) as charge:
+            counted = JsonValueCount(charge)
             raw = await read_body(
                 request,
                 state.body_limits,
-                JsonValueCount(charge),
+                counted,
                 functools.partial(state.body_pace.pause, client),
             )
+            parse = functools.partial(parse_json_body, separators=counted.separators)
             if len(raw) <= INLINE_PARSE_BYTES:
-                body = parse_json_body(raw)
+                body = parse(raw)
             else:
-                body = await service.pool.run(client, parse_json_body, raw)
+                body = await service.pool.run(client, parse, raw)
             del raw  # the parsed body is what stays (and stays charged) while it waits
             async with state.gate.slot(client):
                 service.metrics.in_flight.inc()
