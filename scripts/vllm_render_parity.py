@@ -141,11 +141,9 @@ def main() -> int:
         "versions": {"vllm": version},
         "cases": record(args.vllm_python, only),
     }
-    if only is not None:  # the other answers as they were recorded
-        kept = json.loads(OUT.read_text())
-        document["cases"] = {
-            name: document["cases"].get(name, answer) for name, answer in kept["cases"].items()
-        }
+    if only is not None:  # the other answers as they were recorded, in the corpus's order
+        answers = {**json.loads(OUT.read_text())["cases"], **document["cases"]}
+        document["cases"] = {c.name: answers[c.name] for c in cases() if c.name in answers}
     OUT.write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {len(document['cases'])} answers to {OUT}", file=sys.stderr)
     return 0

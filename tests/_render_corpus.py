@@ -242,6 +242,21 @@ def _text_cases() -> list[Case]:
         _vl("bad_temperature", hello, temperature=7.0),
         _vl("bad_n", hello, n=0),
         _vl("empty_messages", []),
+        # kv_transfer_params: empty is none; a prefill's forwarded prompt_token_ids are the
+        # prompt of a text-only chat (disaggregated serving), ignored beside media, checked.
+        _vl("kv_transfer_empty", hello, kv_transfer_params={}, ec_transfer_params={}),
+        _vl(
+            "kv_reused_prompt_ids",
+            hello,
+            kv_transfer_params={"prompt_token_ids": [390, 82, 88, 13], "do_remote_decode": True},
+        ),
+        _vl(
+            "kv_reused_ids_beside_an_image",
+            user(image(_jpeg(30, (64, 48))), text("What is it?")),
+            kv_transfer_params={"prompt_token_ids": [1, 2, 3]},
+        ),
+        _vl("kv_reused_ids_malformed", hello, kv_transfer_params={"prompt_token_ids": [5, -1]}),
+        _vl("kv_reused_ids_null", hello, kv_transfer_params={"prompt_token_ids": None}),
     ]
 
 
@@ -253,6 +268,7 @@ def _completion_cases() -> list[Case]:
         cmpl("completion_text", prompt="Once upon a time"),
         cmpl("completion_token_ids", prompt=[71, 72, 73, 74], max_tokens=3),
         cmpl("completion_two_prompts", prompt=["Hello", "World"]),
+        cmpl("completion_kv_transfer_empty", prompt="Hello", kv_transfer_params={}),
         cmpl("completion_no_special_tokens", prompt="Hello", add_special_tokens=False),
         cmpl("completion_echo", prompt="Hi", echo=True, max_tokens=2),
         cmpl("completion_bad_token", prompt=[10**9]),

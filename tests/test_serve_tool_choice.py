@@ -86,3 +86,13 @@ def test_auto_tool_choice_needs_a_parser(capsys: pytest.CaptureFixture[str]) -> 
         ServeOptions(enable_auto_tool_choice=True)
     assert cli_main(["serve", "--enable-auto-tool-choice"]) == 2
     assert "requires --tool-call-parser" in capsys.readouterr().err
+
+
+def test_auto_tool_choice_needs_a_parser_vllm_registers(capsys: pytest.CaptureFixture[str]) -> None:
+    # vLLM's validate_api_server_args: the name is checked only with auto tool choice.
+    with pytest.raises(ValueError, match="invalid tool call parser: herms"):
+        ServeOptions(enable_auto_tool_choice=True, tool_call_parser="herms")
+    assert ServeOptions(tool_call_parser="herms").tool_call_parser == "herms"
+    argv = ["serve", "--enable-auto-tool-choice", "--tool-call-parser", "no_such_parser"]
+    assert cli_main(argv) == 2
+    assert "invalid tool call parser: no_such_parser" in capsys.readouterr().err

@@ -47,6 +47,23 @@ def resolve_model_dir(model: str) -> str:
     return model
 
 
+VLLM_TOOL_PARSERS = frozenset(
+    {
+        "apertus", "beam", "cohere_command3", "cohere_command4", "deepseek_v3", "deepseek_v31",
+        "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots", "ernie45", "functiongemma",
+        "gemma4", "gigachat3", "glm45", "glm47", "granite", "granite-20b-fc", "granite4",
+        "hermes", "hf", "hunyuan_a13b", "hy_v3", "hy_v4", "inkling", "internlm", "jamba",
+        "k2_horizon", "kimi_k2", "kimi_k3", "lfm2", "ling3", "llama3_json", "llama4_json",
+        "llama4_pythonic", "longcat", "mimo", "minicpm5", "minimax_m2", "minimax_m3", "mistral",
+        "muse", "muse_glimmer", "musespark1x", "olmo3", "openai", "phi4_mini_json", "plamo3",
+        "poolside_v1", "pythonic", "qwen3_coder", "qwen3_json", "qwen3_xml", "seed_oss", "step3",
+        "step3p5", "step5", "xlam",
+    }
+)  # fmt: skip
+"""The tool call parsers vLLM 0.33.0 registers (``ToolParserManager.list_registered()``): the
+names ``--tool-call-parser`` takes with ``--enable-auto-tool-choice``, as vLLM checks them."""
+
+
 @dataclass(frozen=True)
 class ServeOptions:
     """How ``mediaref serve`` (and ``mediaref render``) render requests."""
@@ -211,6 +228,12 @@ class ServeOptions:
             )
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("--enable-auto-tool-choice requires --tool-call-parser")
+        if self.enable_auto_tool_choice and self.tool_call_parser not in VLLM_TOOL_PARSERS:
+            # vLLM's validate_api_server_args checks the name only with auto tool choice too.
+            raise ValueError(
+                f"invalid tool call parser: {self.tool_call_parser} "
+                f"(chose from {{ {','.join(sorted(VLLM_TOOL_PARSERS))} }})"
+            )
         if self.cache_redis_url:
             self._check_redis_cache()
 

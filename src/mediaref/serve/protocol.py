@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mediaref.exceptions import MediaTooLargeError, VLLMValidationError
-from mediaref.renderers.chat_utils.chat_message import TEXT_PART_TYPES
+from mediaref.renderers.chat_utils.chat_message import TEXT_PART_TYPES, has_non_text_content
 from mediaref.serve import _fields as f
 from mediaref.serve._chat_shapes import chat_tool_choice, chat_tools, check_message
 from mediaref.serve.options import ServeOptions
@@ -76,6 +76,8 @@ class ChatRenderRequest(RenderCommon):
     include_reasoning: bool = True
     media_io_kwargs: dict[str, dict[str, Any]] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None
+    reused_prompt_token_ids: list[int] | None = None
+    """A prefill's token ids forwarded in ``kv_transfer_params``: the prompt, not rendered."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,30 @@ def _transfer_params(body: Mapping[str, Any], name: str) -> dict[str, Any] | Non
             pending.extend(value.values())
         elif isinstance(value, list):
             pending.extend(value)
-    return params
+    return params or None  # vLLM's sampling params carry only a non-empty one
+
+
+def _reused_prompt_token_ids(
+    common: dict[str, Any], messages: list[Any], *, echo: bool
+) -> list[int] | None:
+    """A prefill's ``kv_transfer_params["prompt_token_ids"]``, popped (as vLLM's
+    ``_reused_prompt_token_ids`` pops it, present or not, used or not): the prompt of a
+    text-only chat without ``echo`` (disaggregated serving skips the template), else ignored."""
+    params = common["kv_transfer_params"]
+    if params is None or "prompt_token_ids" not in params:
+        return None
+    params = dict(params)
+    ids = params.pop("prompt_token_ids")
+    common["kv_transfer_params"] = params or None
+    if ids is None or echo or has_non_text_content(messages):
+        return None
+    if not isinstance(ids, list) or not ids or any(type(i) is not int or i < 0 for i in ids):
+        raise VLLMValidationError(
+            "`kv_transfer_params['prompt_token_ids']` must be a non-empty list of non-negative "
+            "integers.",
+            parameter="kv_transfer_params.prompt_token_ids",
+        )
+    return ids
 
 
 def _common(body: Mapping[str, Any], request_id: str | None, *, chat: bool) -> dict[str, Any]:
@@ -217,8 +242,12 @@ def parse_chat_request(
     tools = chat_tools(body)
     tool_choice = chat_tool_choice(body, tools)
     check_media_parts(messages, options)
+    common = _common(body, request_id, chat=True)
+    echo = bool(f.get_bool(body, "echo", False))
+    reused = _reused_prompt_token_ids(common, messages, echo=echo)
     return ChatRenderRequest(
-        **_common(body, request_id, chat=True),
+        **common,
+        reused_prompt_token_ids=reused,
         messages=messages,
         add_generation_prompt=add_generation_prompt and not continue_final_message,
         continue_final_message=continue_final_message,

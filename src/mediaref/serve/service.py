@@ -246,6 +246,17 @@ class RenderService:
             _check_tool_choice(request.tool_choice, self.options)
         timings = timings if timings is not None else RenderTimings()
         name, renderer = self.renderer_for(request)
+        if request.reused_prompt_token_ids is not None:  # disaggregated serving: not rendered
+            ids = request.reused_prompt_token_ids
+            renderer.validate_token_ids(ids, parameter="kv_transfer_params.prompt_token_ids")
+            return generate_request(
+                request,
+                request_id=f"chatcmpl-{request.request_id}",
+                token_ids=list(ids),
+                features=None,
+                max_model_len=renderer.model_config.derived_max_model_len,
+                context=parse_context(request),
+            )
         model = renderer.mm_processor.info if renderer.mm_processor is not None else None
         model_like: Any = model if model is not None else renderer.model_config
         start = time.perf_counter()
