@@ -126,6 +126,40 @@ async def test_long_text_is_refused_after_encoding_a_prefix_not_all_of_it(
     assert 0 < spies.encoded_chars < len(words) // 2
 
 
+@pytest.mark.parametrize("words", ["the quick brown fox jumps over a lazy dog ", "漢字かな "])
+def test_an_over_long_text_costs_about_a_contexts_worth_of_encoding(
+    service: RenderService, monkeypatch: pytest.MonkeyPatch, words: str
+) -> None:
+    # Encoded piece by piece, sized by the rate seen so far: about the context's worth of
+    # characters once (the doubling prefixes of before encoded up to 3x the context's tokens).
+    renderer = service.renderers["qwen2_vl"]
+    params = renderer.default_chat_tok_params
+    limit = params.max_input_tokens
+    assert limit is not None
+    tokenizer = renderer.get_tokenizer()
+    per_word = len(tokenizer.encode(words * 100, add_special_tokens=False)) / 100
+    context_chars = limit / per_word * len(words)  # the characters the context holds
+    spies = Spies(monkeypatch, renderer)
+    with pytest.raises(ValueError, match="maximum context length"):
+        params.check_text_tokens(tokenizer, words * int(4 * limit / per_word))
+    # The first piece is a character per allowed token: for a script of several tokens a
+    # character (CJK here) it alone is over the context, and all that is encoded.
+    assert spies.encoded_chars < max(1.5 * context_chars, limit + 2)
+
+
+def test_a_text_that_fits_passes_the_piecewise_count(service: RenderService) -> None:
+    renderer = service.renderers["qwen2_vl"]
+    params = renderer.default_chat_tok_params
+    tokenizer = renderer.get_tokenizer()
+    limit = params.max_input_tokens
+    assert limit is not None
+    word = "hello world "
+    per_word = len(tokenizer.encode(word * 100, add_special_tokens=False)) / 100
+    text = word * int((limit - 40) / per_word)
+    assert limit - 200 < len(tokenizer.encode(text, add_special_tokens=False)) <= limit
+    params.check_text_tokens(tokenizer, text)  # just under the context: not refused
+
+
 async def test_a_completions_prompt_too_long_is_refused_the_same_way(
     server: Server, service: RenderService, monkeypatch: pytest.MonkeyPatch
 ) -> None:

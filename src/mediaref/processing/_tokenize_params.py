@@ -22,9 +22,11 @@ _DEFAULT_MAX_CHARS_PER_TOKEN = 32
 # A prefix cut inside a word may encode that word's start as more tokens than the whole text
 # does; a prefix is only taken to exceed the context by more than this.
 _PREFIX_CUT_SLACK_TOKENS = 8
-# The first prefix tried holds this many characters per allowed token: most text encodes at 3-5,
-# so an over-long text is usually refused on that first prefix.
-_FIRST_PREFIX_CHARS_PER_TOKEN = 4
+# The first piece holds this many characters per allowed token: few texts encode to more than
+# a token a character, so it rarely overshoots; the next pieces follow the rate it shows.
+_FIRST_PIECE_CHARS_PER_TOKEN = 1
+# The smallest later piece: a text denser than its start estimated still ends in a few pieces.
+_MIN_PIECE_CHARS = 4096
 
 _measured_chars_per_token: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
@@ -175,25 +177,31 @@ class TokenizeParams:
         return prompt
 
     def check_text_tokens(self, tokenizer: Any, text: str) -> None:
-        """Refuse ``text`` as soon as a prefix of it encodes to more tokens than the context
-        holds, encoding no more of it than that takes (mediaref's; vLLM encodes it whole).
+        """Refuse ``text`` as soon as its first characters encode to more tokens than the
+        context holds, encoding little more of it than that takes (mediaref's; vLLM encodes it
+        whole).
 
-        Prefixes double from about four characters per allowed token, so an over-long text is
-        refused after encoding a few times the context's worth of characters, not all of them
-        (the character bound of :meth:`apply_pre_tokenization` allows up to the longest token's
-        length per token). A text that fits is encoded whole once more here; short ones are not
-        looked at. Does nothing when a truncation is asked for (the text is cut, not refused).
+        The text is encoded piece by piece: first one character per allowed token, then,
+        while the count stays within the context, a piece sized by the characters per token seen
+        so far for the tokens still missing (a tenth more). Each cut between pieces may split a
+        token, so every cut is allowed a slack of tokens before a count refuses. An over-long text
+        is thus refused after encoding about a context's worth of characters once (the character
+        bound of :meth:`apply_pre_tokenization` allows up to the longest token's length per
+        token). A text that fits is encoded whole once more later; short ones are not looked at.
+        Does nothing when a truncation is asked for (the text is cut, not refused).
         """
         limit = self.max_input_tokens
         if limit is None or tokenizer is None or self.truncate_prompt_tokens is not None:
             return
         if len(text) <= limit:
             return  # encoding it costs no more than the check would
-        size = min(len(text), (limit + 1) * _FIRST_PREFIX_CHARS_PER_TOKEN)
+        start, end = 0, min(len(text), (limit + 1) * _FIRST_PIECE_CHARS_PER_TOKEN)
+        counted = cuts = 0
         while True:
-            whole = size >= len(text)
-            count = _count_tokens(tokenizer, text[:size])
-            excess = count - (0 if whole else _PREFIX_CUT_SLACK_TOKENS)
+            counted += _count_tokens(tokenizer, text[start:end])
+            if end < len(text):
+                cuts += 1  # the cut after this piece
+            excess = counted - cuts * _PREFIX_CUT_SLACK_TOKENS
             if excess > limit:
                 raise VLLMValidationError(
                     f"This model's maximum context length is {self.max_total_tokens} tokens. "
@@ -203,9 +211,12 @@ class TokenizeParams:
                     parameter="input_tokens",
                     value=excess,
                 )
-            if whole:
-                return
-            size = min(len(text), size * 2)
+            if end >= len(text):
+                return  # fits as far as pieces tell: the encode that follows decides exactly
+            missing = limit - excess + 1 + _PREFIX_CUT_SLACK_TOKENS  # the next cut's slack too
+            chars_per_token = end / max(counted, 1)
+            piece = max(int(missing * chars_per_token * 1.1) + 1, _MIN_PIECE_CHARS)
+            start, end = end, min(len(text), end + piece)
 
     def truncation_slice(self, num_tokens: int, tokenizer: Any = None) -> slice | None:
         """The slice of ``num_tokens`` tokens to keep (None: all of them)."""

@@ -7,8 +7,8 @@
    against the context times the longest token's length (vLLM's ``max_chars_per_token`` bound):
    a text that long cannot fit, whatever it encodes to; nothing is templated or tokenized;
 2. after the chat template (:func:`bounded_chat_prompt`, on the server's pool, never on the event
-   loop), the prompt's characters again, then its tokens: prefixes of it are encoded until one
-   alone is over the context (:meth:`~mediaref.processing.context.TokenizeParams.check_text_tokens`),
+   loop), the prompt's characters again, then its tokens: it is encoded piece by piece until
+   the count is over the context (:meth:`~mediaref.processing.context.TokenizeParams.check_text_tokens`),
    so a long text costs about a context's worth of tokenization, not its own length's.
 
 Only then does the processor (on the model's single worker) see the prompt, so an over-long text
