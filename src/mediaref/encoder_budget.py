@@ -22,15 +22,11 @@ from typing import Any
 from mediaref.cache import BaseMultiModalProcessorCache, processor_only_cache_from_config
 from mediaref.inputs import MultiModalKwargsItem
 from mediaref.processing import BaseMultiModalProcessor
+from mediaref.processing.context import max_model_len_of
 from mediaref.processing.torch_threads import set_default_torch_num_threads
 from mediaref.registry import MultiModalRegistry
 
 logger = logging.getLogger(__name__)
-
-
-def _max_model_len(model_config: Any) -> int:
-    derived = getattr(model_config, "derived_max_model_len", None)  # mediaref's ModelConfig
-    return int(derived if derived is not None else model_config.max_model_len)
 
 
 def get_mm_max_toks_per_item(
@@ -42,7 +38,7 @@ def get_mm_max_toks_per_item(
     at their largest (``processor.get_dummy_mm_inputs``) are processed and their placeholders'
     embedding positions counted, per modality.
     """
-    seq_len = _max_model_len(processor.info.ctx.model_config)
+    seq_len = max_model_len_of(processor.info.ctx.model_config)
     known = processor.info.get_mm_max_tokens_per_item(seq_len=seq_len, mm_counts=mm_counts)
     if known is not None:
         return dict(known)
@@ -89,7 +85,7 @@ class MultiModalBudget:
     def __init__(self, vllm_config: Any, mm_registry: Any, *, enable_cache: bool = True) -> None:
         self.model_config = model_config = vllm_config.model_config
         self.scheduler_config = scheduler_config = vllm_config.scheduler_config
-        self.max_model_len = _max_model_len(model_config)
+        self.max_model_len = max_model_len_of(model_config)
         self.max_num_reqs = int(scheduler_config.max_num_seqs)
 
         with set_default_torch_num_threads():  # a processor's own thread pool can hang startup

@@ -228,8 +228,9 @@ class MultiModalRegistry:
 
     def get_family(self, model_config: ModelConfig) -> str:
         """The configured family, else the ``model_type`` in the model directory's config.json."""
-        if model_config.family is not None:
-            return model_config.family
+        family = getattr(model_config, "family", None)  # vLLM's own ModelConfig has none
+        if family is not None:
+            return str(family)
         model_type = _read_model_json(model_config).get("model_type")
         if not isinstance(model_type, str):
             raise VLLMValidationError(
@@ -241,7 +242,7 @@ class MultiModalRegistry:
     def _find_factories(self, model_config: ModelConfig) -> _ProcessorFactories[Any] | None:
         """The model's factories (see :meth:`get_factories`); None when none are registered."""
         self._load_builtins()
-        if model_config.family is None:
+        if getattr(model_config, "family", None) is None:
             architectures = _read_model_json(model_config).get("architectures") or []
             for architecture in architectures:
                 if architecture in self._architectures:

@@ -25,8 +25,13 @@ def model_config_of(vllm_config: Any) -> Any:
 def _setting(model_config: Any, name: str, default: Any) -> Any:
     """A multimodal setting: on the config itself (mediaref's ``ModelConfig``, read without
     resolving anything else), else behind ``get_multimodal_config()`` (vLLM's)."""
-    if hasattr(model_config, name):
-        return getattr(model_config, name)
+    value = getattr(model_config, name, None)
+    if value is not None:
+        return value
+    # vLLM's ModelConfig has some of these as constructor fields left None once they moved
+    # into its MultiModalConfig; mediaref's keeps its own (None: the environment's default).
+    if hasattr(model_config, name) and type(model_config).__module__.startswith("mediaref."):
+        return None
     getter = getattr(model_config, "get_multimodal_config", None)
     multimodal = getter() if callable(getter) else None
     return default if multimodal is None else getattr(multimodal, name, default)

@@ -47,6 +47,7 @@ from mediaref.processing._cached_apply import (
     refuse_uuid_only_misses,
 )
 from mediaref.processing._fast_encode import cached_encode
+from mediaref.processing._model_config import max_model_len_of
 from mediaref.processing._prompt_stages import MultiModalProcessingResult, PromptUpdateStages
 from mediaref.processing.context import BaseProcessingInfo, TimingContext
 from mediaref.processing.dummy_inputs import BaseDummyInputsBuilder, BaseDummyOptions
@@ -163,7 +164,7 @@ class BaseMultiModalProcessor(PromptUpdateStages[_I]):
     ) -> MultiModalInputs:
         """The processed dummy inputs, the prompt padded to the sequence length profiling uses."""
         model_config = self.info.ctx.model_config
-        seq_len = model_config.derived_max_model_len
+        seq_len = max_model_len_of(model_config)
         if scheduler_config is not None and getattr(
             scheduler_config, "enable_chunked_prefill", False
         ):

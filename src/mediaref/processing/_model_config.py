@@ -367,6 +367,14 @@ def resolve_dtype(model_dir: str | Path, dtype: str = "auto") -> torch.dtype:
     return torch.bfloat16 if resolved == torch.float32 else resolved
 
 
+def max_model_len_of(model_config: Any) -> int:
+    """The context length of a model config: mediaref's (``derived_max_model_len``, derived from
+    the model's config when unset) or vLLM's (``max_model_len``, resolved by vLLM), so code that
+    vLLM hands its own ``ModelConfig`` reads either."""
+    derived = getattr(model_config, "derived_max_model_len", None)
+    return int(derived if derived is not None else model_config.max_model_len)
+
+
 __all__ = [
     "DTYPES",
     "DeviceNormalizeSupport",
@@ -374,6 +382,7 @@ __all__ = [
     "MultiModalConfig",
     "MultiModalModelSupport",
     "device_normalize_kwargs",
+    "max_model_len_of",
     "resolve_dtype",
     "set_device_normalize_support",
     "set_multimodal_model_support",

@@ -34,6 +34,7 @@ from mediaref.processing._model_config import (
     ModelConfig,
     MultiModalConfig,
     device_normalize_kwargs,
+    max_model_len_of,
     resolve_dtype,
     set_device_normalize_support,
 )
@@ -116,7 +117,7 @@ class BaseProcessingInfo:
         model_config = self.ctx.model_config
         encoder_config = model_config.encoder_config or {}
         return TokenizeParams(
-            max_total_tokens=model_config.derived_max_model_len,
+            max_total_tokens=max_model_len_of(model_config),
             do_lower_case=bool(encoder_config.get("do_lower_case", False)),
             add_special_tokens=True,
         )
@@ -282,6 +283,7 @@ __all__ = [
     "TimingContext",
     "TokenizeParams",
     "device_normalize_kwargs",
+    "max_model_len_of",
     "resolve_dtype",
     "set_device_normalize_support",
 ]

@@ -1,0 +1,51 @@
+"""Code vLLM calls with its own ``ModelConfig`` reads it as well as mediaref's.
+
+Under vLLM (issue 29's import hook), vLLM hands mediaref's registry, caches and processing info
+its own ``ModelConfig``: no ``family``, no ``derived_max_model_len`` (its ``max_model_len`` is
+already resolved), and the multimodal settings behind ``get_multimodal_config()`` with the
+top-level constructor fields left None. A stand-in with just those traits checks each reader;
+with vLLM's own config, ``vllm launch render`` ran to ``/health`` 200 on mediaref with them.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from mediaref.cache._settings import cache_type_of
+from mediaref.models.builtin import builtin_model_path
+from mediaref.processing._model_config import max_model_len_of
+from mediaref.processing.context import ModelConfig
+from mediaref.registry import MULTIMODAL_REGISTRY
+
+
+def _vllm_like(**multimodal: Any) -> SimpleNamespace:
+    """What of vLLM 0.33's ModelConfig these readers touch."""
+    settings = SimpleNamespace(mm_processor_cache_type="shm", mm_processor_cache_gb=4, **multimodal)
+    return SimpleNamespace(
+        model=str(builtin_model_path("qwen2_vl")),
+        max_model_len=4096,
+        mm_processor_cache_type=None,  # a constructor field vLLM moved into its mm config
+        get_multimodal_config=lambda: settings,
+    )
+
+
+def test_the_registry_finds_a_model_by_its_directory_without_a_family() -> None:
+    config = _vllm_like()
+    assert MULTIMODAL_REGISTRY.get_family(config) == "qwen2_vl"  # type: ignore[arg-type]
+    assert MULTIMODAL_REGISTRY._is_multimodal_model(config)  # type: ignore[arg-type]
+
+
+def test_a_setting_left_none_is_read_from_the_multimodal_config() -> None:
+    assert cache_type_of(_vllm_like()) == "shm"
+
+
+def test_mediarefs_own_config_keeps_its_none_for_the_environment() -> None:
+    config = ModelConfig(model=str(builtin_model_path("qwen2_vl")))
+    assert cache_type_of(config) == "lru"
+
+
+def test_the_context_length_of_either_config() -> None:
+    assert max_model_len_of(_vllm_like()) == 4096
+    config = ModelConfig(model=str(builtin_model_path("qwen2_vl")))
+    assert max_model_len_of(config) == config.derived_max_model_len
