@@ -12,11 +12,15 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from PIL import Image
+
 from mediaref.cache._settings import cache_type_of
 from mediaref.models.builtin import builtin_model_path
 from mediaref.processing._model_config import max_model_len_of
 from mediaref.processing.context import ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY
+from mediaref.renderers.chat_utils import ChatCompletionMessageParam
 
 
 def _vllm_like(**multimodal: Any) -> SimpleNamespace:
@@ -49,3 +53,39 @@ def test_the_context_length_of_either_config() -> None:
     assert max_model_len_of(_vllm_like()) == 4096
     config = ModelConfig(model=str(builtin_model_path("qwen2_vl")))
     assert max_model_len_of(config) == config.derived_max_model_len
+
+
+def test_chat_message_types_can_be_pydantic_fields() -> None:
+    # vLLM's ChatCompletionRequest (pydantic) types its messages with these; pydantic refuses
+    # typing.TypedDict on Python < 3.12, so they are typing_extensions' (as vLLM's are).
+    pydantic = pytest.importorskip("pydantic")
+
+    class Request(pydantic.BaseModel):  # type: ignore[misc, name-defined]
+        messages: list[ChatCompletionMessageParam]  # PIL image parts: their own config
+
+    message = {"role": "user", "content": [{"type": "text", "text": "Hi"}]}
+    assert Request(messages=[message]).messages == [message]
+    image = Image.new("RGB", (4, 4))
+    pil = {"role": "user", "content": [{"image_pil": image}]}
+    parsed: Any = Request(messages=[pil]).messages[0]
+    assert parsed["content"][0]["image_pil"] is image
+
+
+def test_the_chat_parser_reads_vllms_media_io_kwargs() -> None:
+    from mediaref.renderers.chat_utils._model import config_media_io_kwargs
+
+    config = _vllm_like(media_io_kwargs={"video": {"num_frames": 4}})
+    config.media_io_kwargs = None  # vLLM's constructor field, moved into its mm config
+    assert config_media_io_kwargs(config) == {"video": {"num_frames": 4}}
+
+
+def test_processing_info_over_vllms_config() -> None:
+    from mediaref.processing.context import BaseProcessingInfo
+
+    class Info(BaseProcessingInfo):
+        def get_supported_mm_limits(self) -> dict[str, int | None]:
+            return {"image": None}
+
+    info = Info(SimpleNamespace(model_config=_vllm_like()))  # type: ignore[arg-type]
+    assert info.model_id == str(builtin_model_path("qwen2_vl"))  # vLLM's: the model argument
+    assert info.mm_device_do_normalize is False  # vLLM 0.33 normalizes on the CPU

@@ -15,6 +15,7 @@ nothing). An item larger than the whole budget is served but not stored, and evi
 
 from __future__ import annotations
 
+from mediaref.cache._settings import multimodal_setting
 from mediaref.cache.base import (
     BaseMultiModalCache,
     BaseMultiModalProcessorCache,
@@ -63,6 +64,7 @@ __all__ = [
     "ShmObjectStoreReceiverCache",
     "ShmObjectStoreSenderCache",
     "engine_receiver_cache_from_config",
+    "multimodal_setting",
     "processor_cache_from_config",
     "processor_only_cache_from_config",
     "worker_receiver_cache_from_config",

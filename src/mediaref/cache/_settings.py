@@ -22,19 +22,28 @@ def model_config_of(vllm_config: Any) -> Any:
     return getattr(vllm_config, "model_config", vllm_config)
 
 
-def _setting(model_config: Any, name: str, default: Any) -> Any:
-    """A multimodal setting: on the config itself (mediaref's ``ModelConfig``, read without
-    resolving anything else), else behind ``get_multimodal_config()`` (vLLM's)."""
-    value = getattr(model_config, name, None)
-    if value is not None:
+def multimodal_setting(config: Any, name: str, default: Any) -> Any:
+    """A multimodal setting of a model config, mediaref's or vLLM's.
+
+    mediaref's ``ModelConfig`` carries its settings flat (None: the environment's or vLLM's
+    default, which the reader applies). vLLM's keeps them on its ``MultiModalConfig``
+    (``multimodal_config`` / ``get_multimodal_config()``), leaving the constructor fields of the
+    same names None on the config itself. ``default`` when neither has it.
+    """
+    value = getattr(config, name, None)
+    if value is not None or (hasattr(config, name) and _is_mediarefs(config)):
         return value
-    # vLLM's ModelConfig has some of these as constructor fields left None once they moved
-    # into its MultiModalConfig; mediaref's keeps its own (None: the environment's default).
-    if hasattr(model_config, name) and type(model_config).__module__.startswith("mediaref."):
-        return None
-    getter = getattr(model_config, "get_multimodal_config", None)
-    multimodal = getter() if callable(getter) else None
-    return default if multimodal is None else getattr(multimodal, name, default)
+    multimodal = getattr(config, "multimodal_config", None)
+    if multimodal is None:
+        getter = getattr(config, "get_multimodal_config", None)
+        multimodal = getter() if callable(getter) else None
+    value = getattr(multimodal, name, None) if multimodal is not None else None
+    return default if value is None else value
+
+
+def _is_mediarefs(config: Any) -> bool:
+    # By module: the config class lives above the caches, which must not import it.
+    return type(config).__module__.startswith("mediaref.")
 
 
 def capacity_gb_of(model_config: Any) -> float | None:
@@ -44,13 +53,13 @@ def capacity_gb_of(model_config: Any) -> float | None:
         return None
     if isinstance(model_config, (int, float)) and not isinstance(model_config, bool):
         return float(model_config)
-    value = _setting(model_config, "mm_processor_cache_gb", None)
+    value = multimodal_setting(model_config, "mm_processor_cache_gb", None)
     return None if value is None else float(value)
 
 
 def cache_type_of(model_config: Any) -> MMCacheType:
     """``mm_processor_cache_type`` (vLLM's default ``"lru"``)."""
-    value = _setting(model_config, "mm_processor_cache_type", "lru")
+    value = multimodal_setting(model_config, "mm_processor_cache_type", "lru")
     if value not in ("lru", "shm"):
         raise ValueError(f"Unknown cache type: {value!r}")
     return value  # type: ignore[no-any-return]
@@ -58,7 +67,7 @@ def cache_type_of(model_config: Any) -> MMCacheType:
 
 def shm_max_object_bytes_of(model_config: Any) -> int:
     """``mm_shm_cache_max_object_size_mb`` in bytes (vLLM's default 128 MiB)."""
-    value = _setting(
+    value = multimodal_setting(
         model_config, "mm_shm_cache_max_object_size_mb", SHM_MAX_OBJECT_SIZE_MB_DEFAULT
     )
     return int(value) << 20
@@ -76,6 +85,7 @@ __all__ = [
     "cache_type_of",
     "capacity_gb_of",
     "model_config_of",
+    "multimodal_setting",
     "shm_max_object_bytes_of",
     "world_size_of",
 ]

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
+from mediaref.cache import multimodal_setting
 from mediaref.exceptions import VLLMValidationError
 from mediaref.media.base import MediaIO
 from mediaref.parse import (
@@ -72,14 +73,16 @@ class BaseProcessingInfo:
     @functools.cached_property
     def mm_device_do_normalize(self) -> bool:
         """Whether this processor emits raw ``uint8`` pixels for the device to normalize."""
-        return self.ctx.model_config.resolve_mm_device_do_normalize(
-            self.supports_mm_device_do_normalize
-        )
+        resolve = getattr(self.ctx.model_config, "resolve_mm_device_do_normalize", None)
+        if resolve is None:  # vLLM's own ModelConfig: vLLM 0.33 normalizes on the CPU
+            return False
+        return bool(resolve(self.supports_mm_device_do_normalize))
 
     @property
     def model_id(self) -> str:
         config = self.ctx.model_config
-        return config.model if config.model_id is None else config.model_id
+        model_id = getattr(config, "model_id", None)  # mediaref's; vLLM's config has none
+        return str(config.model if model_id is None else model_id)
 
     def get_tokenizer(self) -> Any:
         return self.ctx.get_tokenizer()
@@ -254,10 +257,8 @@ class BaseProcessingInfo:
         from mediaref.media.image import ImageMediaIO
         from mediaref.media.video import VideoMediaIO
 
-        kwargs = {
-            **self.ctx.model_config.media_io_kwargs.get(modality, {}),
-            **(media_io_kwargs or {}),
-        }
+        configured = multimodal_setting(self.ctx.model_config, "media_io_kwargs", None) or {}
+        kwargs = {**configured.get(modality, {}), **(media_io_kwargs or {})}
         if modality == "image":
             return ImageMediaIO(**kwargs)
         if modality == "video":
@@ -265,8 +266,7 @@ class BaseProcessingInfo:
                 backend = self.get_default_video_backend()
                 if backend is not None:
                     kwargs["video_backend"] = backend
-            image_kwargs = self.ctx.model_config.media_io_kwargs.get("image", {})
-            return VideoMediaIO(ImageMediaIO(**image_kwargs), **kwargs)
+            return VideoMediaIO(ImageMediaIO(**configured.get("image", {})), **kwargs)
         if modality == "audio":
             return AudioMediaIO(**kwargs)
         raise ValueError(f"no decoder for modality {modality!r}")

@@ -11,9 +11,10 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import torch
+from typing_extensions import TypedDict  # pydantic on Python < 3.12, as vLLM's
 
 from mediaref.exceptions import VLLMValidationError
 

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mediaref.cache import multimodal_setting
 from mediaref.exceptions import VLLMValidationError
 from mediaref.processing.context import BaseProcessingInfo, ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY
@@ -36,7 +37,9 @@ def resolve_processing_info(model: ModelLike) -> BaseProcessingInfo:
     """
     if isinstance(model, BaseProcessingInfo):
         return model
-    if not isinstance(model, ModelConfig):
+    # mediaref's ModelConfig, or vLLM's own (vLLM's chat parsing hands it over when vLLM runs
+    # on mediaref): the registry reads either.
+    if not isinstance(model, ModelConfig) and not hasattr(model, "hf_config"):
         raise TypeError(
             f"expected a ModelConfig or a BaseProcessingInfo, got {type(model).__name__}"
         )
@@ -72,32 +75,24 @@ def registered_model_cls(info: BaseProcessingInfo) -> Any:
     return found
 
 
-def _setting(config: object, name: str, default: Any) -> Any:
-    """``config.<name>``, else ``config.multimodal_config.<name>`` (vLLM's layout), else ``default``."""
-    if hasattr(config, name):
-        return getattr(config, name)
-    multimodal = getattr(config, "multimodal_config", None)
-    return getattr(multimodal, name, default) if multimodal is not None else default
-
-
 def mm_embeds_enabled(config: object) -> bool:
     """vLLM's ``--enable-mm-embeds``: whether image/audio/video embeddings are accepted."""
-    return bool(_setting(config, "enable_mm_embeds", False))
+    return bool(multimodal_setting(config, "enable_mm_embeds", False))
 
 
 def prompt_embeds_enabled(config: object) -> bool:
     """vLLM's ``--enable-prompt-embeds``: whether ``prompt_embeds`` parts are accepted."""
-    return bool(_setting(config, "enable_prompt_embeds", False))
+    return bool(multimodal_setting(config, "enable_prompt_embeds", False))
 
 
 def interleave_mm_strings(config: object) -> bool:
     """vLLM's ``--interleave-mm-strings``: string-format placeholders stay where their parts were."""
-    return bool(_setting(config, "interleave_mm_strings", False))
+    return bool(multimodal_setting(config, "interleave_mm_strings", False))
 
 
 def config_media_io_kwargs(config: object) -> dict[str, dict[str, Any]] | None:
     """The config's per-modality decoder settings (``--media-io-kwargs``), None when empty."""
-    kwargs = _setting(config, "media_io_kwargs", None)
+    kwargs = multimodal_setting(config, "media_io_kwargs", None)
     if not isinstance(kwargs, Mapping) or not kwargs:
         return None
     return {modality: dict(values) for modality, values in kwargs.items()}
@@ -105,12 +100,12 @@ def config_media_io_kwargs(config: object) -> dict[str, dict[str, Any]] | None:
 
 def allowed_local_media_path(config: object) -> str:
     """The directory ``file:`` URLs may read under ("" : none, ``file:`` refused)."""
-    return str(_setting(config, "allowed_local_media_path", "") or "")
+    return str(multimodal_setting(config, "allowed_local_media_path", "") or "")
 
 
 def allowed_media_domains(config: object) -> list[str] | None:
     """The hosts http(s) media may come from (None: any public host)."""
-    domains = _setting(config, "allowed_media_domains", None)
+    domains = multimodal_setting(config, "allowed_media_domains", None)
     if domains is None or isinstance(domains, str) or not isinstance(domains, Sequence):
         return None
     return [str(domain) for domain in domains]

@@ -15,9 +15,10 @@ Keys that a part must carry sit in a private ``_...Required`` base (Python 3.10 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeAlias, TypedDict
+from typing import Any, ClassVar, Literal, TypeAlias
 
 from PIL import Image
+from typing_extensions import TypedDict  # pydantic (vLLM's request models) on Python < 3.12
 
 # --- OpenAI's own part types ------------------------------------------------------------------
 
@@ -137,6 +138,8 @@ class PILImage:
     image_pil: Image.Image
     model_config: ClassVar[dict[str, Any]] = {"arbitrary_types_allowed": True}
     """vLLM's pydantic model config, kept: the field holds an arbitrary (PIL) type."""
+    __pydantic_config__: ClassVar[dict[str, Any]] = model_config
+    """The same, where pydantic reads it on a plain dataclass."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.image_pil, Image.Image):
@@ -148,6 +151,15 @@ class CustomChatCompletionContentPILImageParam(TypedDict, total=False):
 
     image_pil: PILImage | Image.Image | None
     uuid: str | None
+
+
+# A pydantic model typed with these parts (vLLM's ChatCompletionRequest) takes a PIL image here;
+# pydantic reads a TypedDict's config from this attribute (what its ``with_config`` sets).
+setattr(  # noqa: B010 - a TypedDict body holds annotations only
+    CustomChatCompletionContentPILImageParam,
+    "__pydantic_config__",
+    {"arbitrary_types_allowed": True},
+)
 
 
 class CustomChatCompletionContentSimpleImageParam(TypedDict, total=False):
