@@ -62,12 +62,14 @@ def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
 class VllmRender:
     """``vllm launch render MODEL`` on a free port, in a process group of its own."""
 
-    def __init__(self, python: str, model: str, cwd: Path) -> None:
+    def __init__(self, python: str, model: str, cwd: Path, *, on_mediaref: bool = False) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
-        command = [python, "-m", "vllm.entrypoints.cli.main", "launch", "render", model]
+        # on_mediaref: mediaref-vllm, vLLM's command line with mediaref's import hook first.
+        cli = ["-c", "from mediaref.vllm_hook import main; main()"] if on_mediaref else None
+        command = [python, *(cli or ["-m", "vllm.entrypoints.cli.main"]), "launch", "render", model]
         self.process = subprocess.Popen(
             [*command, "--port", str(self.port), *SERVER_FLAGS],
             stdout=subprocess.DEVNULL,
