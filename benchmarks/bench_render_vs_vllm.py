@@ -13,7 +13,10 @@ response (``mm_payload`` at its default, ``tensors``, vLLM's wire format on both
 - **routing**: what a router asks (llm-d's workload): four distinct 720p JPEGs a request,
   ``mm_payload: "none"`` (token ids, hashes and placeholders only), every image distinct.
 
-Reports requests/s and p50/p99 per server and workload, and mediaref's ratios over vLLM's. The
+``--servers vllm,vllm_on_mediaref`` measures vLLM's own render server stock and run by
+``mediaref-vllm`` (mediaref in place of ``vllm.multimodal``; the vLLM interpreter needs mediaref
+installed). Reports requests/s and p50/p99 per server and workload, and each server's ratios
+over stock vLLM's. The
 issue's targets (27): >= 3x vLLM's throughput cold, >= 8x hot, hot p99 under vLLM's hot p50;
 >= 20x on the routing workload.
 
@@ -63,10 +66,16 @@ class RenderServer:
 
         port = _free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        if kind == "vllm":
+        if kind in ("vllm", "vllm_on_mediaref"):
             env["VLLM_TARGET_DEVICE"] = "cpu"
             model = builtin_model_path("qwen2_vl")
-            command = [vllm_python, "-m", "vllm.entrypoints.cli.main", "launch", "render"]
+            # vllm_on_mediaref: vLLM's own server with mediaref in place (mediaref-vllm).
+            cli = (
+                ["-c", "from mediaref.vllm_hook import main; main()"]
+                if kind == "vllm_on_mediaref"
+                else ["-m", "vllm.entrypoints.cli.main"]
+            )
+            command = [vllm_python, *cli, "launch", "render"]
             command += [model.name, "--host", "127.0.0.1", "--port", str(port)]
             cwd: Path | None = model.parent
         else:
@@ -183,10 +192,10 @@ def report(results: dict[str, dict[str, dict[str, float]]], args: argparse.Names
                 f"{name:<8} {kind:<9} {r['requests_per_s']:8.1f} {fmt(r['p50_s']):>9} "
                 f"{fmt(r['p99_s']):>9}"
             )
-        if set(SERVERS) <= set(results):
-            ours, theirs = results["mediaref"][name], results["vllm"][name]
+        for kind in (k for k in args.servers if k != "vllm" and "vllm" in results):
+            ours, theirs = results[kind][name], results["vllm"][name]
             print(
-                f"{'':<8} mediaref / vLLM: {ours['requests_per_s'] / theirs['requests_per_s']:.2f}x "
+                f"{'':<8} {kind} / vLLM: {ours['requests_per_s'] / theirs['requests_per_s']:.2f}x "
                 f"throughput, p99 {theirs['p99_s'] / ours['p99_s']:.2f}x lower"
             )
 
@@ -214,7 +223,11 @@ def chart(results: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-python", default="python", help="a vLLM 0.33.0 interpreter")
-    parser.add_argument("--servers", default=",".join(SERVERS), help="mediaref,vllm or one")
+    parser.add_argument(
+        "--servers",
+        default=",".join(SERVERS),
+        help="mediaref,vllm or one; vllm_on_mediaref: vLLM's server run by mediaref-vllm",
+    )
     parser.add_argument("--requests", type=int, default=120, help="requests per workload")
     parser.add_argument("--pool", type=int, default=8, help="distinct images the hot run repeats")
     parser.add_argument("--in-flight", type=int, default=4)
