@@ -3,7 +3,7 @@
 With the hook, ``vllm.multimodal.X`` is mediaref's module at the mirrored path, the same object
 (not a copy), ``vllm.renderers.chat_utils`` is mediaref's, and a module mediaref leaves out is
 vLLM's own file. Installed after vLLM's own layer was imported, it refuses. The launcher runs
-vLLM's command line with the hook, or without it under ``MEDIAREF_VLLM_HOOK=0``. (With vLLM
+vLLM's command line with the hook, or without it under ``MEDIAREF_IMPORT_HOOK=0``. (With vLLM
 0.33.0 itself, ``mediaref-vllm launch render`` answered 84 of the parity corpus's 93 requests as
 stock vLLM does: ``scripts/vllm_on_mediaref_parity.py``, docs/vllm.md.)
 """
@@ -97,6 +97,6 @@ def test_the_launcher_runs_vllms_command_line(fake_vllm: Path, setting: str, exp
         from mediaref.vllm_hook import main
         main()
         """,
-        MEDIAREF_VLLM_HOOK=setting,
+        MEDIAREF_IMPORT_HOOK=setting,
     )
     assert result.stdout.strip() == f"{expected} vllm ['launch', 'render', 'MODEL']", result.stderr

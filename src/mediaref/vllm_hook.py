@@ -14,7 +14,7 @@ vLLM's install is changed.
 
 It must be installed before anything imports ``vllm.multimodal``: :func:`install` refuses (a
 ``RuntimeError``) once vLLM's own modules are loaded, rather than leave two copies of a class
-in one process. ``MEDIAREF_VLLM_HOOK=0`` turns the launcher's hook off (plain vLLM). What it
+in one process. ``MEDIAREF_IMPORT_HOOK=0`` turns the launcher's hook off (plain vLLM). What it
 does not cover yet is in ``docs/vllm.md``.
 """
 
@@ -110,8 +110,8 @@ def install() -> None:
 
 
 def main() -> None:
-    """``mediaref-vllm``: vLLM's command line, on mediaref unless ``MEDIAREF_VLLM_HOOK=0``."""
-    if os.environ.get("MEDIAREF_VLLM_HOOK", "1") != "0":
+    """``mediaref-vllm``: vLLM's command line, on mediaref unless ``MEDIAREF_IMPORT_HOOK=0``."""
+    if os.environ.get("MEDIAREF_IMPORT_HOOK", "1") != "0":
         install()
     from vllm.entrypoints.cli.main import main as vllm_main  # type: ignore[import-not-found]
 

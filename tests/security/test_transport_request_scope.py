@@ -206,20 +206,28 @@ async def test_the_setting_sets_the_bound(monkeypatch: pytest.MonkeyPatch) -> No
     assert MediaRequestFetchScope(max_connections=5).max_connections == 5
 
 
+def _stalled_chat(
+    media_server: MediaServer, monkeypatch: pytest.MonkeyPatch
+) -> AsyncMultiModalItemTracker:
+    """A chat request's tracker holding 32 images from the origin that never answers (1 s)."""
+    monkeypatch.setenv("MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS", "1")
+    monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "1")
+    tracker = AsyncMultiModalItemTracker(ModelConfig(model=str(builtin_model_path("qwen2_vl"))))
+    parser = tracker.create_parser()
+    for _ in range(REQUEST_URLS):
+        parser.parse_image(media_server.url("/slow"))
+    return tracker
+
+
 async def test_a_chat_request_gets_its_own_scope(
     media_server: MediaServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The library's request path: the tracker makes the scope, so 32 stalled images of one
     # chat request end with the request's deadline, 16 connections at most.
-    monkeypatch.setenv("MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS", "1")
-    monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "1")
-    config = ModelConfig(model=str(builtin_model_path("qwen2_vl")))
-    tracker, other = AsyncMultiModalItemTracker(config), AsyncMultiModalItemTracker(config)
+    tracker = _stalled_chat(media_server, monkeypatch)
+    other = AsyncMultiModalItemTracker(ModelConfig(model=str(builtin_model_path("qwen2_vl"))))
     assert tracker.connector.fetch_scope is tracker.fetch_scope
     assert tracker.fetch_scope is not other.fetch_scope
-    parser = tracker.create_parser()
-    for _ in range(REQUEST_URLS):
-        parser.parse_image(media_server.url("/slow"))
     with pytest.raises(MediaTimeoutError, match="fetch deadline passed"):
         await asyncio.wait_for(tracker.resolve_items(), NEVER_HANGS_SECONDS)
     assert 1 <= media_server.count("/slow") <= 16
@@ -377,13 +385,7 @@ async def test_a_failed_request_leaves_no_frames_to_the_garbage_collector(
     # stalled requests piled up by the thousand (a collection of 100-300 ms every request felt).
     # The tracker lets go of the failures it drops; the server's error boundary, of the one it
     # answers (release_frames).
-    monkeypatch.setenv("MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS", "1")
-    monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "1")
-    config = ModelConfig(model=str(builtin_model_path("qwen2_vl")))
-    tracker = AsyncMultiModalItemTracker(config)
-    parser = tracker.create_parser()
-    for _ in range(REQUEST_URLS):
-        parser.parse_image(media_server.url("/slow"))
+    tracker = _stalled_chat(media_server, monkeypatch)
     gc.collect()
     gc.disable()
     try:

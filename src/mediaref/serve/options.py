@@ -47,7 +47,7 @@ def resolve_model_dir(model: str) -> str:
     return model
 
 
-VLLM_TOOL_PARSERS = frozenset(
+REGISTERED_TOOL_PARSERS = frozenset(
     {
         "apertus", "beam", "cohere_command3", "cohere_command4", "deepseek_v3", "deepseek_v31",
         "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots", "ernie45", "functiongemma",
@@ -228,11 +228,11 @@ class ServeOptions:
             )
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("--enable-auto-tool-choice requires --tool-call-parser")
-        if self.enable_auto_tool_choice and self.tool_call_parser not in VLLM_TOOL_PARSERS:
+        if self.enable_auto_tool_choice and self.tool_call_parser not in REGISTERED_TOOL_PARSERS:
             # vLLM's validate_api_server_args checks the name only with auto tool choice too.
             raise ValueError(
                 f"invalid tool call parser: {self.tool_call_parser} "
-                f"(chose from {{ {','.join(sorted(VLLM_TOOL_PARSERS))} }})"
+                f"(chose from {{ {','.join(sorted(REGISTERED_TOOL_PARSERS))} }})"
             )
         if self.cache_redis_url:
             self._check_redis_cache()
