@@ -239,6 +239,18 @@ def test_json_within_the_bounds_parses() -> None:
     assert request_body.parse_json_body(json.dumps(nested).encode()) == nested
 
 
+@pytest.mark.parametrize(
+    "size", [0, 1, 64 * 1024 - 1, 64 * 1024, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 3_000_001]
+)
+def test_comma_count_is_exact_across_its_blocks(size: int) -> None:
+    # A comma on either side of each block boundary, and the body's own last byte.
+    data = bytearray((b'"k":1,' * (size // 6 + 1))[:size])
+    for at in (size - 1, (1 << 20) - 1, 1 << 20):
+        if 0 <= at < size:
+            data[at] = ord(",")
+    assert request_body.count_commas(bytes(data)) == bytes(data).count(b",")
+
+
 async def test_deep_chat_template_kwargs_are_a_400_not_a_500(server: Server) -> None:
     deep: Any = {}
     for _ in range(900):

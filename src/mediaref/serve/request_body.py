@@ -14,9 +14,8 @@ until one of these limits cuts it off with a 408:
 Every received byte is charged as it arrives to the caller's budget (the server's bytes held in
 bodies, :class:`mediaref.serve.client_limits.ByteBudget`), so what a client can make the server
 hold is bounded however its bodies arrive; its JSON values are counted as it arrives too
-(:class:`JsonValueCount`). A body of declared length is awaited in pieces that double from 64 KiB
-(each with the deadline the minimum rate gives it), so megabytes cost the event loop a few
-awaits, not one per packet.
+(:class:`JsonValueCount`). Each chunk the HTTP parser hands over is awaited with the deadline the
+minimum rate gives it, and kept as it is until the whole body is joined once.
 
 **Parsing.** :func:`parse_json_body` runs off the event loop (the caller's pool) with bounds a
 request cannot exceed cheaply: its values (counted as commas, a C-speed scan, before parsing, so
@@ -30,11 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import numpy as np
 from aiohttp import web
 
@@ -108,21 +107,21 @@ async def read_body(
         raise _too_large(limits, declared)
     loop = asyncio.get_running_loop()
     start = loop.time()
-    # The pieces, joined once at the end: a growing buffer would copy a megabyte body a few
-    # times over (and each copy touches fresh pages, which some machines make costly).
+    # The chunks as the HTTP parser made them, joined once at the end: waiting for larger pieces
+    # (``readexactly``) would copy every byte twice more on the event loop, a third of its time
+    # under a flood of large bodies.
     pieces: list[bytes] = []
     received = 0
-    while declared is None or received < declared:
-        piece = _next_piece(received, declared)
-        wait = start + limits.deadline(received + max(0, piece - 1)) - loop.time()
+    while True:
+        wait = start + limits.deadline(received) - loop.time()
         try:
             if wait <= 0:
                 raise asyncio.TimeoutError
-            chunk = await asyncio.wait_for(_read(request.content, piece), wait)
+            chunk, _ = await asyncio.wait_for(request.content.readchunk(), wait)
         except asyncio.TimeoutError:
             raise _too_slow(limits, received, loop.time() - start) from None
         if not chunk:
-            break
+            break  # the end of the body (or the client stopped short of its Content-Length)
         if received + len(chunk) > limits.max_bytes:
             raise _too_large(limits, "chunked")
         take(chunk)
@@ -133,27 +132,6 @@ async def read_body(
             await asyncio.sleep(pause)
             start += pause
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-
-_FIRST_PIECE = 64 * 1024
-
-
-def _next_piece(received: int, declared: int | None) -> int:
-    """How much to wait for next: 0 (whatever arrives) for a chunked body; for a declared one,
-    pieces that double from 64 KiB, so a large body costs a few awaits, not one per packet,
-    while the minimum rate is still held piece by piece."""
-    if declared is None:
-        return 0
-    return min(declared - received, max(_FIRST_PIECE, received))
-
-
-async def _read(content: aiohttp.StreamReader, piece: int) -> bytes:
-    if piece == 0:
-        return bytes(await content.readany())
-    try:
-        return bytes(await content.readexactly(piece))
-    except asyncio.IncompleteReadError as exc:
-        return bytes(exc.partial)  # the client stopped short of its Content-Length
 
 
 class JsonValueCount:
@@ -172,9 +150,28 @@ class JsonValueCount:
             raise _too_many_values(self.separators, self.limit)
 
 
+_COUNT_BLOCK = 1 << 20
+_count_scratch = threading.local()
+
+
 def count_commas(data: bytes) -> int:
-    """``data.count(b",")``, four times faster on a megabyte (a vectorized compare)."""
-    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == _COMMA))
+    """``data.count(b",")``, three times faster on a megabyte: a vectorized compare, a block at a
+    time into this thread's reused scratch buffer. (One compare over the whole body would
+    allocate a temporary as large as the body, and on a machine where every fresh page is
+    costly that allocation costs four times the count.)"""
+    if len(data) < 64 * 1024:
+        return data.count(b",")
+    scratch = getattr(_count_scratch, "buffer", None)
+    if scratch is None:
+        scratch = _count_scratch.buffer = np.empty(_COUNT_BLOCK, dtype=bool)
+    values = np.frombuffer(data, dtype=np.uint8)
+    total = 0
+    for start in range(0, len(values), _COUNT_BLOCK):
+        block = values[start : start + _COUNT_BLOCK]
+        matches = scratch[: len(block)]
+        np.equal(block, _COMMA, out=matches)
+        total += int(np.count_nonzero(matches))
+    return total
 
 
 def _too_many_values(separators: int, limit: int) -> web.HTTPRequestEntityTooLarge:
