@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from mediaref import vllm_mm_serde
 from mediaref.inputs import (
     BaseMultiModalField,
     MultiModalBatchedField,
@@ -116,3 +117,44 @@ def test_a_payload_with_a_pickle_extension_is_refused() -> None:
     )
     with pytest.raises(ValueError, match="extension 1"):
         decode_mm_kwargs_item(base64.b64encode(payload))
+
+
+# -- vLLM's own render server on mediaref (mediaref-vllm answers its mm_serde with this) ---------
+
+
+@pytest.mark.parametrize("name", list(VECTORS))
+def test_vllms_mm_serde_on_mediaref_writes_vllms_bytes_first_and_again(name: str) -> None:
+    item = build_item(VECTORS[name]["item"])
+    assert vllm_mm_serde.encode_mm_kwargs_item(item) == VECTORS[name]["vllm"]
+    assert vllm_mm_serde.encode_mm_kwargs_item(item) == VECTORS[name]["vllm"]  # kept
+    assert vllm_mm_serde.decode_mm_kwargs_item is decode_mm_kwargs_item
+
+
+def test_an_item_handed_out_again_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    written: list[MultiModalKwargsItem] = []
+
+    def counting(item: MultiModalKwargsItem) -> str:
+        written.append(item)
+        return encode_mm_kwargs_item(item)
+
+    monkeypatch.setattr(vllm_mm_serde, "_encode", counting)
+    encoded = vllm_mm_serde._EncodedItems(capacity_bytes=1 << 20)
+    vector = VECTORS["qwen2_vl_processor_one_image"]
+    item = build_item(vector["item"])
+    assert [encoded.encode(item) for _ in range(3)] == [vector["vllm"]] * 3
+    assert len(written) == 1 and (encoded.hits, encoded.misses) == (2, 1)
+
+    twin = build_item(vector["item"])  # equal, but another object: not assumed the same
+    assert encoded.encode(twin) == vector["vllm"] and len(written) == 2
+
+    key = next(iter(item))
+    item[key] = MultiModalFieldElem(torch.zeros(2), MultiModalBatchedField())  # replaced
+    assert encoded.encode(item) == encode_mm_kwargs_item(item) != vector["vllm"]
+    assert len(written) == 3
+
+
+def test_no_budget_keeps_no_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    encoded = vllm_mm_serde._EncodedItems(capacity_bytes=0)
+    item = build_item(VECTORS["audio_features"]["item"])
+    assert encoded.encode(item) == encoded.encode(item) == VECTORS["audio_features"]["vllm"]
+    assert encoded.hits == 0

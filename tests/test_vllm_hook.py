@@ -18,15 +18,19 @@ from pathlib import Path
 
 import pytest
 
+_SERDE_PACKAGE = "entrypoints/scale_out/token_in_token_out"
+
 
 @pytest.fixture
 def fake_vllm(tmp_path: Path) -> Path:
     root = tmp_path / "vllm"
-    for package in ("", "multimodal", "renderers", "entrypoints", "entrypoints/cli"):
+    packages = ("multimodal", "renderers", "entrypoints", "entrypoints/cli", _SERDE_PACKAGE)
+    for package in ("", *packages):
         (root / package).mkdir(parents=True, exist_ok=True)
         (root / package / "__init__.py").write_text("")
     (root / "multimodal" / "__init__.py").write_text("OWN = True\n")
     (root / "multimodal" / "gpu_ipc_memory.py").write_text('MARK = "vllm\'s own"\n')
+    (root / _SERDE_PACKAGE / "mm_serde.py").write_text("OWN = True\n")
     (root / "entrypoints" / "cli" / "main.py").write_text(
         textwrap.dedent(
             """
@@ -64,6 +68,9 @@ def test_vllms_multimodal_modules_are_mediarefs(fake_vllm: Path) -> None:
         assert vllm.multimodal.inputs is mediaref.inputs
         assert MultiModalKwargsItem is mediaref.inputs.MultiModalKwargsItem
         assert vllm.renderers.chat_utils is mediaref.renderers.chat_utils
+        import mediaref.vllm_mm_serde
+        from vllm.entrypoints.scale_out.token_in_token_out import mm_serde
+        assert mm_serde is mediaref.vllm_mm_serde and not hasattr(mm_serde, "OWN")
         import vllm.multimodal.gpu_ipc_memory as own
         assert own.MARK == "vllm's own" and own.__name__ == "vllm.multimodal.gpu_ipc_memory"
         print("ok")

@@ -4,8 +4,10 @@
 MODEL``) with :func:`install` called first. The hook answers the imports of
 
 - ``vllm.multimodal`` and every module under it with mediaref's module at the mirrored path
-  (``vllm.multimodal.inputs`` is :mod:`mediaref.inputs`, ...), and
-- ``vllm.renderers.chat_utils`` and its modules with :mod:`mediaref.renderers.chat_utils`,
+  (``vllm.multimodal.inputs`` is :mod:`mediaref.inputs`, ...),
+- ``vllm.renderers.chat_utils`` and its modules with :mod:`mediaref.renderers.chat_utils`, and
+- the render server's writer of processed items (``...token_in_token_out.mm_serde``) with
+  :mod:`mediaref.vllm_mm_serde` (the same bytes; a repeated item is encoded once),
 
 so vLLM's renderers, model files and servers parse chat media into mediaref's lazy refs and run
 mediaref's processors, caches and connector. A module mediaref leaves out (the GPU-only
@@ -34,6 +36,7 @@ __all__ = ["ALIASES", "install", "installed", "main"]
 ALIASES = {
     "vllm.multimodal": "mediaref",
     "vllm.renderers.chat_utils": "mediaref.renderers.chat_utils",
+    "vllm.entrypoints.scale_out.token_in_token_out.mm_serde": "mediaref.vllm_mm_serde",
 }
 """vLLM's package -> the mediaref package mirroring it (its modules at the same paths)."""
 
