@@ -142,11 +142,10 @@ class VllmRenderServer:
         self.url = f"http://127.0.0.1:{port}"
         _wait_healthy(self.url, self.process)
 
-    def fds(self) -> int:
-        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
-
-    def status(self, field: str) -> int:
-        return ServerProcess.status(self, field)  # type: ignore[arg-type]
+    # Counted as for mediaref's server: the process and its descendants.
+    pids = ServerProcess.pids
+    status = ServerProcess.status
+    fds = ServerProcess.fds
 
     def stop(self) -> None:
         os.killpg(self.process.pid, signal.SIGTERM)
