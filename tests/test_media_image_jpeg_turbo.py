@@ -12,7 +12,7 @@ import pytest
 import simplejpeg
 from PIL import Image, ImageOps
 
-from _gil import python_progress_during
+from _gil import python_progress_in_some_call
 from _image_samples import (
     EXIF_ORIENTATION,
     RGB_SAMPLES,
@@ -242,7 +242,7 @@ def test_a_header_libjpeg_cannot_read_is_left_to_pillow() -> None:
 def test_the_decode_lets_python_run_beside_it() -> None:
     data = encode(Image.fromarray(noisy(1024, 768)), "JPEG", quality=95)
     with Image.open(io.BytesIO(data)) as header:
-        decoded, progress = python_progress_during(lambda: decode_rgb_jpeg(header, data))
+        decoded, progress = python_progress_in_some_call(lambda: decode_rgb_jpeg(header, data))
     assert decoded is not None
     assert progress > 0
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from _gil import python_progress_during
+from _gil import python_progress_in_some_call
 from mediaref.models.qwen2_vl import _patch_rows
 
 try:
@@ -225,7 +225,7 @@ def test_buffers_it_cannot_use_are_refused() -> None:
 def test_the_copy_lets_python_run_beside_it() -> None:
     pixels = np.random.default_rng(3).integers(0, 256, (4, 1092, 1932, 4), dtype=np.uint8)
     out = np.empty(row_shape(4, 1092, 1932, 3, 14, 2), dtype=np.uint8)
-    _, progress = python_progress_during(
+    _, progress = python_progress_in_some_call(
         lambda: native.patch_rows(pixels, 4, 1092, 1932, 4, 3, 14, 2, 2, out)
     )
     assert progress > 0

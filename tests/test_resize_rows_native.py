@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _gil import python_progress_during
+from _gil import python_progress_in_some_call
 from mediaref.models.qwen2_vl import _patch_rows
 from mediaref.models.qwen2_vl import _patch_rows_native as native
 
@@ -306,7 +306,7 @@ def test_the_pass_lets_python_run_beside_it() -> None:
     pixels = np.random.default_rng(3).integers(0, 256, (2, 1080, 1920, 4), dtype=np.uint8)
     out = np.empty(row_shape(2, 1092, 1932, 3, 14, 2), dtype=np.uint8)
     arguments = (pixels, 2, 1080, 1920, 4, 3, 1092, 1932, 14, 2, 2, 0, 39, out)
-    _, progress = python_progress_during(lambda: native.resize_patch_rows(*arguments))
+    _, progress = python_progress_in_some_call(lambda: native.resize_patch_rows(*arguments))
     assert progress > 0
     assert torch.equal(
         torch.from_numpy(out), torch.from_numpy(torch_rows(pixels, (1092, 1932), 3, (14, 2, 2)))
