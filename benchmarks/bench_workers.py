@@ -7,7 +7,9 @@ small), and drives each with the
 same requests: chat requests with one 1080p JPEG each (variants of scikit-image's photos, as
 ``data:`` URLs, encoded before the clock starts), ``--concurrency`` in flight.
 
-- **cold**: every image distinct: every request decodes and runs the HF processor. Reported:
+- **cold**: every image distinct: every request decodes and runs the HF processor (the server
+  runs with ``--no-layout-from-headers``: with ``mm_payload: "none"`` it would otherwise answer
+  Qwen2-VL images from their headers; ``--layout-from-headers`` measures that path). Reported:
   requests/s and p50/p99, and N workers' requests/s over one's.
 - **hot**: ``--hot-requests`` requests drawn (seeded) from a pool of ``--pool`` images: the hit
   rate is the share of items the server did not decode (``mediaref_decodes_total``, summed over
@@ -15,7 +17,7 @@ same requests: chat requests with one 1080p JPEG each (variants of scikit-image'
   worker takes it.
 
     python benchmarks/bench_workers.py [--workers 2] [--requests 160] [--concurrency 8]
-        [--cache-gb GB] [--json out.json] [--chart PATH]
+        [--cache-gb GB] [--layout-from-headers] [--json out.json] [--chart PATH]
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ def start_server(workers: int, cores: set[int] | None, args: argparse.Namespace)
         os.sched_setaffinity(0, cores)
     try:
         extra = ["--mm-processor-cache-gb", str(args.cache_gb)] if args.cache_gb else []
+        if not args.layout_from_headers:
+            extra.append("--no-layout-from-headers")  # decode and process, as the issue's cold
         return ServerProcess("--workers", str(workers), *extra)
     finally:
         os.sched_setaffinity(0, everything)
@@ -145,6 +149,12 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument(
         "--cache-gb", type=float, default=0.0, help="--mm-processor-cache-gb (0: the default)"
+    )
+    parser.add_argument(
+        "--layout-from-headers",
+        action="store_true",
+        help="let the server answer from the images' headers (nothing decoded: the routing "
+        "path); by default it decodes and processes every cold image",
     )
     parser.add_argument("--json", type=Path)
     _charts.add_chart_argument(parser)
