@@ -11,7 +11,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from mediaref.serve.app import CHAT_ROUTE, build_app
 from mediaref.serve.encoded_cache import EncodedItemCache
-from mediaref.serve.json_body import JsonPiecesPayload, dump_json, dump_json_pieces
+from mediaref.serve.json_body import (
+    WRITE_SLICE_BYTES,
+    JsonPiecesPayload,
+    dump_json,
+    dump_json_pieces,
+)
 from mediaref.serve.options import ServeOptions
 from mediaref.serve.service import RenderService
 from test_serve import chat, data_url, jpeg_bytes, post
@@ -55,6 +60,24 @@ async def test_a_response_is_written_in_pieces_that_keep_the_blobs_uncopied() ->
         "kwargs_data": {"image": ["QUJD" * 1000]},
         "token_ids": [1, 2],
     }
+
+
+async def test_a_blob_goes_to_the_socket_a_slice_at_a_time() -> None:
+    # Handed over whole, what the socket cannot take at once would be copied into the
+    # transport's buffer: a 17 MB blob goes out in awaited slices of the blob itself.
+    blob = b"QUJD" * (WRITE_SLICE_BYTES // 2 + 7)  # two slices and a bit
+    pieces = dump_json_pieces({"kwargs_data": {"image": [blob]}})
+    written: list[bytes | memoryview] = []
+
+    class Writer:
+        async def write(self, chunk: bytes | memoryview) -> None:
+            written.append(chunk)
+
+    await JsonPiecesPayload(pieces).write(Writer())  # type: ignore[arg-type]
+    assert max(len(chunk) for chunk in written) <= WRITE_SLICE_BYTES
+    slices = [chunk for chunk in written if isinstance(chunk, memoryview)]
+    assert len(slices) == 3 and all(chunk.obj is blob for chunk in slices)  # views, not copies
+    assert b"".join(written) == b"".join(pieces)
 
 
 async def test_the_eager_baseline_answers_what_the_lazy_server_answers(

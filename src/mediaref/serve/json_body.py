@@ -15,6 +15,9 @@ from typing import Any
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
 
+WRITE_SLICE_BYTES = 1024 * 1024
+"""The most of a response body handed to the socket at once (see :meth:`JsonPiecesPayload.write`)."""
+
 
 def _swap_bytes(value: Any, blobs: list[bytes], marker: str) -> Any:
     if isinstance(value, bytes):
@@ -69,8 +72,15 @@ class JsonPiecesPayload(Payload):
         return b"".join(self._value)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
+        # A blob goes out a slice at a time, each awaited: handed over whole, what the socket
+        # cannot take at once (most of 17 MB) is copied into the transport's buffer first.
         for piece in self._value:
-            await writer.write(piece)
+            if len(piece) <= WRITE_SLICE_BYTES:
+                await writer.write(piece)
+                continue
+            view = memoryview(piece)
+            for start in range(0, len(view), WRITE_SLICE_BYTES):
+                await writer.write(view[start : start + WRITE_SLICE_BYTES])
 
 
 __all__ = ["JsonPiecesPayload", "dump_json", "dump_json_pieces"]
