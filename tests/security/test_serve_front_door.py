@@ -132,6 +132,28 @@ async def test_a_chunked_body_over_the_cap_is_cut_at_the_cap(server: Server) -> 
             assert response.status == 413
 
 
+async def test_a_chunked_body_arriving_chunk_by_chunk_is_read_whole(server: Server) -> None:
+    # Each HTTP chunk's data read before its closing line end arrives: the parser then reports
+    # the chunk's end with no data, which is not the body's end.
+    body = json.dumps(TEXT_ONLY).encode()
+    parts = [body[:10], body[10:11], body[11:40], body[40:]]
+    reader, writer = await raw_connection(server)
+    writer.write(
+        f"POST {CHAT_ROUTE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode()
+    )
+    for part in parts:  # a chunk's data, then (apart) the line end that closes it
+        for piece in (b"%x\r\n%s" % (len(part), part), b"\r\n"):
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), WAIT_S)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+
+
 async def test_bodies_past_the_clients_byte_share_are_shed_with_503(service: RenderService) -> None:
     # A 1 MiB budget: a client's quarter is 256 KiB, under this one body.
     async with running(service, max_buffered_body_mb=1.0) as server:

@@ -117,10 +117,12 @@ async def read_body(
         try:
             if wait <= 0:
                 raise asyncio.TimeoutError
-            chunk, _ = await asyncio.wait_for(request.content.readchunk(), wait)
+            chunk, http_chunk_ended = await asyncio.wait_for(request.content.readchunk(), wait)
         except asyncio.TimeoutError:
             raise _too_slow(limits, received, loop.time() - start) from None
         if not chunk:
+            if http_chunk_ended:
+                continue  # a chunked body's chunk boundary, not its end
             break  # the end of the body (or the client stopped short of its Content-Length)
         if received + len(chunk) > limits.max_bytes:
             raise _too_large(limits, "chunked")
