@@ -79,7 +79,7 @@ _SETTINGS: dict[str, tuple[Callable[[str], Any], Any]] = {
     # vLLM running on mediaref (mediaref-vllm): the encodings of items its render server wrote,
     # kept so that an item the processor cache hands out again is not encoded again; 0: off
     # (read when vLLM first imports its mm_serde)
-    "MEDIAREF_VLLM_ENCODED_CACHE_MB": (float, 512.0),
+    "MEDIAREF_HOOK_ENCODED_CACHE_MB": (float, 512.0),
     # vLLM's Rust frontend cannot leave normalization to the device: it vetoes mm_device_do_normalize
     "VLLM_USE_RUST_FRONTEND": (_bool, False),
     # The shared-memory processor cache's buffer (mm_processor_cache_type="shm"); unset: the

@@ -9,7 +9,7 @@ this one:
 
 - :func:`encode_mm_kwargs_item` writes the same bytes (mediaref's writer of vLLM's format,
   :mod:`mediaref.serve.mm_serde`, held to vectors vLLM wrote), and keeps the encoding of each
-  item object it saw, within ``MEDIAREF_VLLM_ENCODED_CACHE_MB``: an item the cache hands out
+  item object it saw, within ``MEDIAREF_HOOK_ENCODED_CACHE_MB``: an item the cache hands out
   again is not encoded again. An entry is the item's identity and its elements' (a weak
   reference, so a freed item's id taken by another object never matches): an item whose
   elements were replaced is encoded afresh. Items are not changed in place once processed (the
@@ -30,7 +30,6 @@ from mediaref.inputs import MultiModalKwargsItem
 from mediaref.serve.mm_serde import decode_mm_kwargs_item
 from mediaref.serve.mm_serde import encode_mm_kwargs_item as _encode
 
-_MIB = 1024 * 1024
 _Entry = tuple["weakref.ref[MultiModalKwargsItem]", Hashable, str]
 
 
@@ -65,13 +64,11 @@ class _EncodedItems:
         return encoded
 
 
-_encoded = _EncodedItems(int(envs.MEDIAREF_VLLM_ENCODED_CACHE_MB * _MIB))
+_encoded = _EncodedItems(envs.size_cap_bytes("MEDIAREF_HOOK_ENCODED_CACHE_MB") or 0)
 
 
 def encode_mm_kwargs_item(item: MultiModalKwargsItem) -> str:
     """``item`` as vLLM's render server writes it (vLLM's function of the same name)."""
-    if _encoded.capacity_bytes <= 0:
-        return _encode(item)
     return _encoded.encode(item)
 
 
