@@ -14,8 +14,15 @@
 #                                                         # interpreted, skips allowed, no nvidia-smi
 #
 # Python: $PYTHON, else the first of .venv/bin/python and python3 that imports torch. mediaref is
-# imported from src/ when it is not installed: these steps need only torch, Triton, numpy and
-# pytest, which the GPU image has, not mediaref's media dependencies (PyAV, soundfile, ...).
+# imported from src/ when it is not installed: these steps need torch, Triton, numpy, pytest and
+# what tests/conftest.py imports, not mediaref's media dependencies (PyAV, soundfile, ...). An
+# image that has torch but lacks blake3, pybase64, cachetools or pytest-asyncio (the H200 image
+# did, 2026-12) takes them as wheels for its Python, downloaded here and installed first:
+#
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --platform manylinux2014_x86_64 -d .whl blake3 pybase64 cachetools pytest-asyncio
+#   # there: pip install --no-index --no-deps --target /tmp/site .whl/*.whl
+#   PYTHONPATH=/tmp/site PYTHON=python3 bash benchmarks/gpu_check.sh
 set -uo pipefail
 
 DRY_RUN=0

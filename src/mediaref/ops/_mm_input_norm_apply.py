@@ -25,10 +25,12 @@ from mediaref.ops._mm_input_norm_layout import prepare_call
 # The CPU path works in chunks of this many elements: its fp32 temporaries (1 MiB) stay in cache
 # and are recycled by the allocator instead of faulting in fresh pages for a full-size tensor.
 _CPU_CHUNK_ELEMENTS: Final = 1 << 18
-# Elements per Triton program: 8 per lane at 4 warps, so each lane's loads and stores are vector
-# instructions; the CPU interpreter (one Python step per program) stays quick too.
+# Elements per Triton program: 16 per lane at 8 warps, so each lane loads one full 16-byte uint8
+# vector and stores two of bf16; the CPU interpreter (one Python step per program) stays quick too.
+# Picked on an H200 by benchmarks/bench_mm_input_norm.py's sweep: over 4 warps, 8 took a 1 MP
+# image from 25 to 16 us and a 32-frame clip from 49 to 35 us, and was the best or level elsewhere.
 _TILE_ELEMENTS: Final = 4096
-_NUM_WARPS: Final = 4
+_NUM_WARPS: Final = 8
 _MAX_PROGRAMS: Final = 2**31 - 1
 # The largest alignment worth telling the compiler: 16 elements fill a 16-byte uint8 vector.
 _MAX_SEG_ALIGN: Final = 16
