@@ -165,6 +165,26 @@ def test_a_clients_bodies_are_paced_after_their_burst_and_others_are_not() -> No
     assert ClientRate(per_second=0, burst=0).pause("a", 10**9) == 0  # unpaced
 
 
+def test_an_uncontended_client_is_never_paced_and_owes_nothing() -> None:
+    now = [0.0]
+    rate = ClientRate(per_second=100, burst=300, clock=lambda: now[0])
+    assert [rate.pause("a", 300, contended=False) for _ in range(5)] == [0.0] * 5
+    # Its bucket emptied but ran up no debt: contended now, it waits for just what is over.
+    assert rate.pause("a", 50) == pytest.approx(0.5)
+
+
+def test_a_budget_knows_whether_others_hold_some_of_it() -> None:
+    budget = ByteBudget(total=100)
+    assert not budget.held_by_others("a")
+    with budget.account("a") as charge_a:
+        charge_a(10)
+        assert not budget.held_by_others("a") and budget.held_by_others("b")
+        with budget.account("b") as charge_b:
+            charge_b(1)
+            assert budget.held_by_others("a")
+        assert not budget.held_by_others("a")
+
+
 def test_client_shares_off_lift_every_share() -> None:
     from mediaref.serve.options import ServeOptions
 

@@ -37,7 +37,7 @@ from _front_door import (
 from _http_server import MediaServer
 from _serve_attacks import StallingOrigin
 from mediaref.serve import request_body
-from mediaref.serve.app import CHAT_ROUTE, HEALTH_ROUTE, INLINE_PARSE_BYTES
+from mediaref.serve.app import CHAT_ROUTE, HEALTH_ROUTE, INLINE_PARSE_BYTES, STATE_KEY
 from mediaref.serve.client_limits import ClientSemaphores
 from mediaref.serve.options import ServeOptions
 from mediaref.serve.service import RenderService
@@ -342,14 +342,69 @@ async def test_the_access_log_writes_one_line_a_request_unless_disabled(
     assert lines[1].startswith("GET /health 200 ")
 
 
-async def test_a_paced_client_waits_but_is_not_timed_out_for_it(service: RenderService) -> None:
-    # A 1 MiB burst, then 1 MiB/s: three bodies of 0.9 MiB from one client wait for their pace,
-    # longer than the header timeout (the minimum rate's grace), and still succeed.
-    async with running(service, max_request_body_mb=1.0, client_body_rate_mb=1.0) as server:
+def record_body_pauses(server: Server, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses the server's body pace hands out from now on, in order."""
+    pace = server.app[STATE_KEY].body_pace
+    pauses: list[float] = []
+    real_pause = pace.pause
+
+    def recording_pause(client: str, amount: float, **kwargs: Any) -> float:
+        pauses.append(real_pause(client, amount, **kwargs))
+        return pauses[-1]
+
+    monkeypatch.setattr(pace, "pause", recording_pause)
+    return pauses
+
+
+async def trickle(server: Server, source: str, stop: asyncio.Event) -> None:
+    """A body from ``source`` arriving at 320 KiB/s (over the minimum rate) until ``stop``."""
+    _reader, writer = await raw_connection(server, source)
+    writer.write(request_head(1_900_000))
+    while not stop.is_set():
+        writer.write(b" " * 16384)
+        await writer.drain()
+        await asyncio.sleep(0.05)
+    writer.close()
+
+
+async def test_a_paced_client_waits_but_is_not_timed_out_for_it(
+    service: RenderService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 2 MiB burst, then 1 MiB/s while another client's body arrives: four bodies of 0.9 MiB
+    # from one client wait for their pace, 1.6 s in all, longer than the header timeout (the
+    # minimum rate's grace), and still succeed.
+    async with running(
+        service, max_request_body_mb=2.0, client_body_rate_mb=1.0, header_timeout=1.0
+    ) as server:
+        pauses = record_body_pauses(server, monkeypatch)
+        stop = asyncio.Event()
+        other = asyncio.create_task(trickle(server, "127.0.0.2", stop))
+        state = server.app[STATE_KEY]
+        for _ in range(int(WAIT_S / 0.01)):  # until the server holds some of its body
+            if state.bodies.held_by_others("127.0.0.1"):
+                break
+            await asyncio.sleep(0.01)
         body = {**TEXT_ONLY, "padding": "x" * (900 * 1024)}
         async with session_from("127.0.0.1") as session:
-            answers = await asyncio.gather(*(post(session, server, body) for _ in range(3)))
-        assert [status for status, _ in answers] == [200, 200, 200]
+            answers = await asyncio.gather(*(post(session, server, body) for _ in range(4)))
+        stop.set()
+        await other
+        assert [status for status, _ in answers] == [200] * 4
+        assert sum(pauses) > 1.0  # the pace held them (the other client's pauses are 0 here)
+
+
+async def test_a_client_alone_is_read_at_full_speed(
+    service: RenderService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same four bodies from a client alone (a router's, say): no pause at all, and no debt
+    # run up either: the moment another client comes, the first is paced from zero, not owed.
+    async with running(service, max_request_body_mb=2.0, client_body_rate_mb=1.0) as server:
+        pauses = record_body_pauses(server, monkeypatch)
+        body = {**TEXT_ONLY, "padding": "x" * (900 * 1024)}
+        async with session_from("127.0.0.1") as session:
+            answers = await asyncio.gather(*(post(session, server, body) for _ in range(4)))
+        assert [status for status, _ in answers] == [200] * 4
+        assert pauses and max(pauses) == 0.0
         server.assert_holds_nothing()
 
 

@@ -128,6 +128,12 @@ class ServerState:
         if self.in_flight == 0:
             self._idle.set()
 
+    def body_pause(self, client: str, size: int) -> float:
+        """Seconds ``client`` waits before reading on after ``size`` more body bytes: its pace
+        holds only while another client's bodies are held too (the loop's time is then shared)."""
+        contended = self.bodies.held_by_others(client)
+        return self.body_pace.pause(client, size, contended=contended)
+
     async def wait_idle(self, timeout: float) -> bool:
         """Whether every in-flight request finished within ``timeout`` seconds."""
         try:
@@ -200,7 +206,7 @@ async def _render(request: web.Request, render: _Render) -> web.Response:
                 request,
                 state.body_limits,
                 counted,
-                functools.partial(state.body_pace.pause, client),
+                functools.partial(state.body_pause, client),
             )
             parse = functools.partial(parse_json_body, separators=counted.separators)
             if len(raw) <= INLINE_PARSE_BYTES:

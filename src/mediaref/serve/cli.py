@@ -162,7 +162,8 @@ def _add_client_limit_options(parser: argparse.ArgumentParser) -> None:
         "--client-body-rate-mb",
         type=float,
         default=64.0,
-        help="MiB/s one client's bodies are read at, after a burst of --max-request-body-mb; "
+        help="MiB/s one client's bodies are read at while other clients' bodies are held, "
+        "after a burst of --max-request-body-mb; a client alone is read at full speed; "
         "0: unpaced (default: 64)",
     )
     parser.add_argument(

@@ -16,8 +16,10 @@ each has a total and a per-client share:
 - **media connections** (:class:`ClientSemaphores`): the fetches of all of one client's
   requests hold a bounded number of connections to origins at once (each request also has its
   own bound of 16), so one client's stalled requests cannot keep hundreds of connections opening;
-- **the event loop's time** (:class:`ClientRate`): each client's bodies are read at a pace, so
-  one streaming bodies at loopback speed cannot keep the loop copying for everyone else; and a
+- **the event loop's time** (:class:`ClientRate`): while other clients' bodies are held, each
+  client's bodies are read at a pace, so one streaming bodies at loopback speed cannot keep the
+  loop copying for everyone else (alone, a client is read at full speed: a router in front of the
+  server, whose address every request comes from, is not throttled for nobody's sake); and a
   client refused more often than a few times a second gets its refusals later and later (up to
   two seconds), so a flood of bad requests slows itself down instead of the server.
 
@@ -174,14 +176,18 @@ class ClientRate:
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}  # client: (tokens, when)
 
-    def pause(self, client: str, amount: float) -> float:
-        """Take ``amount`` from ``client``'s bucket; the seconds it should wait now."""
+    def pause(self, client: str, amount: float, *, contended: bool = True) -> float:
+        """Take ``amount`` from ``client``'s bucket; the seconds it should wait now.
+
+        Uncontended (no other client competing for what the rate protects), the client never
+        waits and runs up no debt: its bucket only empties, so the moment another client comes,
+        it is paced at once, from zero."""
         if self.per_second <= 0:
             return 0.0
         now = self._clock()
         tokens, when = self._buckets.get(client, (self.burst, now))
         tokens = min(self.burst, tokens + (now - when) * self.per_second) - amount
-        tokens = max(tokens, self._floor)
+        tokens = max(tokens, self._floor if contended else 0.0)
         if len(self._buckets) >= self._SWEEP_AT:
             self._sweep(now)
         self._buckets[client] = (tokens, now)
@@ -241,6 +247,10 @@ class _Tally:
         if self._by_client.get(client, 0) + amount > self.per_client:
             return "client"
         return "total" if self.used + amount > self.total else None
+
+    def held_by_others(self, client: str) -> bool:
+        """Whether any client but ``client`` holds some of it."""
+        return len(self._by_client) > (client in self._by_client)
 
     def add(self, client: str, amount: int) -> None:
         self.used += amount

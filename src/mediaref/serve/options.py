@@ -99,8 +99,9 @@ class ServeOptions:
     """Media connections the fetches of one client's requests hold at once (each request also
     holds at most ``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS``); 0: no share."""
     client_body_rate_mb: float = 64.0
-    """MiB/s one client's bodies are read at, after a burst of ``max_request_body_mb`` (faster
-    senders wait: TCP slows them); 0: unpaced."""
+    """MiB/s one client's bodies are read at while other clients' bodies are held, after a burst
+    of ``max_request_body_mb`` (faster senders wait: TCP slows them); a client alone is read at
+    full speed; 0: unpaced."""
     refusals_per_client_second: float = 10.0
     """Refusals (4xx) a client gets a second, bursts of twice as many, before each further one is
     answered later (up to 2 s): a flood of bad requests slows itself down; 0: never."""

@@ -61,15 +61,20 @@ from mediaref.media.image._containers import (
     WEBP_HEADER_BYTES,
     gif_header,
     jpeg_header,
+    jpeg_scan_count,
+    plain_jpeg_size,
     png_header,
     webp_canvas_size,
     webp_header,
 )
 from mediaref.media.image._header import (
+    MAX_HEADER_SEGMENTS,
     PAYLOAD_ERRORS,
     ImageHeader,
     check_container_header,
     check_header_segments,
+    check_jpeg_scans,
+    check_pillow_refusal,
     check_pixel_limit,
     image_id_from_exif_block,
     open_image_header,
@@ -326,6 +331,22 @@ def read_jpeg_upright_size(data: bytes) -> tuple[int, int] | None:
     """
     if not data.startswith(b"\xff\xd8"):
         return None
+    plain = plain_jpeg_size(data, MAX_HEADER_SEGMENTS["JPEG"])
+    if plain is not None:
+        # What Pillow would say of it without opening it (a Pillow open costs more than the rest
+        # of a routing render's work on the image): the caps open_image_header applies.
+        try:
+            check_pixel_limit(plain)
+            check_pillow_refusal(plain)
+            check_jpeg_scans(jpeg_scan_count(data))
+        except MediaRefError:
+            return None
+        return plain
+    return _pillow_jpeg_upright_size(data)
+
+
+def _pillow_jpeg_upright_size(data: bytes) -> tuple[int, int] | None:
+    """:func:`read_jpeg_upright_size` as Pillow's open and ``getexif`` read it."""
     try:
         header = open_image_header(data)
     except MediaRefError:
