@@ -119,3 +119,28 @@ def test_data_urls_are_not_subject_to_domain_or_address_policy(
 def test_unsupported_schemes_are_refused(connector: MediaConnector, url: str) -> None:
     with pytest.raises(MediaNotAllowedError, match="unsupported URL scheme"):
         connector.fetch_image(url, RawMediaIO())
+
+
+async def test_a_short_data_url_is_read_on_the_loop_a_long_one_on_the_pool(
+    connector: MediaConnector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short one costs less to read than the media pool's round trip; a long one must never
+    # hold the loop (the media pool takes it, as vLLM's thread pool takes every one).
+    from mediaref.media import connector as connector_module
+
+    pooled: list[object] = []
+    real_executor = connector_module.get_media_executor
+
+    def recording_executor() -> Any:
+        pooled.append(None)
+        return real_executor()
+
+    monkeypatch.setattr(connector_module, "get_media_executor", recording_executor)
+    io = RawMediaIO()
+    short = "data:application/octet-stream;base64," + pybase64.b64encode(b"x" * 1000).decode()
+    ref = await connector.load_from_url_async(short, io)
+    assert ref.data == b"x" * 1000 and pooled == []
+    size = connector_module._INLINE_DATA_URL_CHARS  # its base64 is a third longer: over the bound
+    long = "data:application/octet-stream;base64," + pybase64.b64encode(b"y" * size).decode()
+    ref = await connector.load_from_url_async(long, io)
+    assert ref.data == b"y" * size and pooled == [None]

@@ -99,6 +99,12 @@ if TYPE_CHECKING:
     MODALITY_IO_MAP: dict[str, type[MediaIO[Any]]]
     global_thread_pool: ThreadPoolExecutor
 
+_INLINE_DATA_URL_CHARS = 256 * 1024
+"""A ``data:`` URL this short is read on the running loop by the async API: decoding and keying
+its payload (~0.2 ms) costs less than the media pool's round trip, whose thread hand-offs cost as
+much again on a busy core (a routing request of four 720p JPEGs: 145 -> 171 req/s on one core).
+A longer one is read on the pool, as vLLM reads every one, so a megabyte never holds the loop."""
+
 _M = TypeVar("_M")
 _V = TypeVar("_V")
 _A = TypeVar("_A")
@@ -237,6 +243,8 @@ class MediaConnector:
             payload = Payload(await download(self.connection, plan))
             return await self._load_refs_async(lambda: payload.build_refs(media_ios))
         read_local = plan
+        if len(url) <= _INLINE_DATA_URL_CHARS and scheme_of(url) == "data":
+            return read_local().build_refs(media_ios)
         return await self._load_refs_async(lambda: read_local().build_refs(media_ios))
 
     async def _load_refs_async(
