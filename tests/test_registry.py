@@ -309,3 +309,46 @@ def test_a_rejected_request_leaves_the_callers_refs_undecoded_and_usable(
     assert decodes == []
     assert not any(ref.is_released for ref in refs)
     assert refs[0].decode().shape == (4, 4, 3)
+
+
+# --- under vLLM: its model files register as they are imported ------------------------------------
+
+
+def test_under_vllm_a_model_file_is_imported_to_find_its_processor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM's registry finds a model's processor by importing the class vLLM resolves for it
+    # (get_model_architecture), whose file's @register_processor then runs; with mediaref in
+    # place of vllm.multimodal that registration lands here, so this registry must import it too.
+    import sys
+    import types
+
+    registry = MultiModalRegistry(builtin_modules=())
+
+    class TinyVlForConditionalGeneration:
+        pass
+
+    imported: list[object] = []
+
+    def get_model_architecture(model_config: object) -> tuple[type, str]:
+        imported.append(model_config)  # the model file's import, and its decorator:
+        registry.register_processor(
+            LimitedProcessor, info=LimitedInfo, dummy_inputs=LimitedDummyInputs
+        )(TinyVlForConditionalGeneration)
+        return TinyVlForConditionalGeneration, "TinyVlForConditionalGeneration"
+
+    loader = types.ModuleType("vllm.model_executor.model_loader")
+    loader.get_model_architecture = get_model_architecture  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.model_loader", loader)
+    directory = model_dir(
+        tmp_path, {"model_type": "tiny_vl", "architectures": ["TinyVlForConditionalGeneration"]}
+    )
+    VllmModelConfig = type("ModelConfig", (), {"__module__": "vllm.config.model"})
+    vllm_config = VllmModelConfig()
+    vllm_config.model = directory  # type: ignore[attr-defined]
+
+    factories = registry.get_factories(vllm_config)  # type: ignore[arg-type]
+    assert factories.processor is LimitedProcessor and imported == [vllm_config]
+    # mediaref's own config never reaches into vLLM: a family must be registered for it.
+    with pytest.raises(VLLMValidationError, match="'tiny_vl'"):
+        MultiModalRegistry(builtin_modules=()).get_factories(ModelConfig(model=directory))

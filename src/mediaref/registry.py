@@ -138,6 +138,21 @@ ProcessorFactories = _ProcessorFactories
 """The factories of one registered model (``info``, ``processor``, ``dummy_inputs``)."""
 
 
+def _vllm_model_class(model_config: ModelConfig) -> type | None:
+    """The model class vLLM's ``get_model_architecture`` gives for a vLLM ``ModelConfig`` (None
+    for mediaref's own config, or when vLLM knows no class for the model). Importing the class
+    imports its model file, whose ``@MULTIMODAL_REGISTRY.register_processor`` then registers it."""
+    if not type(model_config).__module__.startswith("vllm."):
+        return None
+    loader = importlib.import_module("vllm.model_executor.model_loader")
+    try:
+        model_cls, _ = loader.get_model_architecture(model_config)
+    except (ValueError, ImportError) as exc:  # not a model vLLM has a class for
+        logger.debug("vLLM resolves no model class for %s: %s", model_config.model, exc)
+        return None
+    return cast(type, model_cls)
+
+
 def _read_model_json(model_config: ModelConfig) -> dict[str, Any]:
     config_path = Path(model_config.model) / "config.json"
     try:
@@ -247,7 +262,15 @@ class MultiModalRegistry:
             for architecture in architectures:
                 if architecture in self._architectures:
                     return self._architectures[architecture]
-        return self._families.get(self.get_family(model_config))
+        found = self._families.get(self.get_family(model_config))
+        if found is None:
+            # Under vLLM (mediaref-vllm): the model class vLLM resolves, whose file registers
+            # its processor here as it is imported, as vLLM's own registry finds it. After the
+            # families, so a family mediaref processes itself keeps its own processor.
+            model_cls = _vllm_model_class(model_config)
+            if model_cls is not None:
+                found = self._architectures.get(model_cls.__name__)
+        return found
 
     def _not_registered(self, model_config: ModelConfig) -> str:
         registered = sorted(self._families) + sorted(self._architectures)
