@@ -140,7 +140,7 @@ def test_video_scale_decodes_frames_at_the_target_size(monkeypatch: pytest.Monke
     frames, metadata = decoder.load_bytes(coffee_pan_clip())
     assert frames.shape == (CLIP_FRAMES, TARGET[1], TARGET[0], 3)
     assert (metadata["width"], metadata["height"]) == TARGET
-    assert (metadata["source_width"], metadata["source_height"]) == CLIP_SIZE
+    assert (metadata.details["source_width"], metadata.details["source_height"]) == CLIP_SIZE
     assert current_frame_scaling() is None  # the scope ended with the decode
 
 

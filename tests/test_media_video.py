@@ -91,7 +91,7 @@ def test_every_frame_comes_back_in_order(codec: str, container: str) -> None:
     assert frames.dtype == np.uint8 and frames.shape == (30, 48, 64, 3)
     assert painted_indices(frames) == list(range(30))
     assert metadata["total_num_frames"] == 30
-    assert metadata["total_num_frames_source"] == "decode"
+    assert metadata.details["total_num_frames_source"] == "decode"
     assert metadata["frames_indices"] == list(range(30))
     assert metadata["do_sample_frames"] is True  # nothing sampled: the HF processor may sample
     assert metadata["fps"] == 30.0 and metadata["duration"] == pytest.approx(1.0)
@@ -112,7 +112,22 @@ def test_sampled_frames_equal_those_of_a_sequential_decode(codec: str, container
     assert metadata["do_sample_frames"] is False  # already sampled: HF must not sample again
     assert metadata["total_num_frames"] == 120
     # Gaps of 30 frames with a keyframe every 10: seeking skips most of the clip.
-    assert metadata["num_decoded_frames"] < 120
+    assert metadata.details["num_decoded_frames"] < 120
+
+
+@pytest.mark.parametrize("num_frames", [-1, 4])
+def test_the_metadata_is_what_transformers_video_metadata_takes(num_frames: int) -> None:
+    # vLLM's Qwen2.5-VL, Qwen3-VL and GLM-4.1V model files build transformers.VideoMetadata from
+    # every key but do_sample_frames: a key vLLM's loaders never set would fail the request.
+    from transformers.video_utils import VideoMetadata
+
+    data = _clip_or_skip("h264", "mp4", num_frames=30)
+    _, metadata = video_io(num_frames=num_frames).load_bytes(data)
+
+    fields = {key: value for key, value in metadata.items() if key != "do_sample_frames"}
+    hf = VideoMetadata(**fields)
+    assert hf.total_num_frames == 30 and (hf.width, hf.height) == (64, 48)
+    assert metadata.details["codec"] == "h264"  # what the decode saw, beside the dict
 
 
 @pytest.mark.parametrize(
@@ -126,9 +141,9 @@ def test_header_frame_count_is_kept_apart_from_the_counted_one(
 
     _, metadata = video_io(num_frames=4).load_bytes(data)
 
-    assert metadata["header_num_frames"] == declared
+    assert metadata.details["header_num_frames"] == declared
     assert metadata["total_num_frames"] == 120
-    assert metadata["total_num_frames_source"] == "demux"
+    assert metadata.details["total_num_frames_source"] == "demux"
     assert metadata["duration"] == pytest.approx(4.0)
 
 
@@ -141,11 +156,11 @@ def test_sampling_seeks_instead_of_decoding_the_whole_video(
 
     assert metadata["frames_indices"] == [0, 99, 199, 299] == painted_indices(frames)
     # Frame 0, then keyframes 90, 180, 270 decoded forward to 99, 199, 299: about 61 frames.
-    assert metadata["num_decoded_frames"] < 100
+    assert metadata.details["num_decoded_frames"] < 100
     # The counter is honest: with seeking disabled the same frames cost the whole clip.
     monkeypatch.setattr(pyav_decode, "MIN_FRAMES_SKIPPED_BY_SEEK", 10**9)
     sequential, sequential_metadata = video_io(num_frames=4).load_bytes(data)
-    assert sequential_metadata["num_decoded_frames"] == 300
+    assert sequential_metadata.details["num_decoded_frames"] == 300
     np.testing.assert_array_equal(frames, sequential)
 
 
@@ -160,9 +175,9 @@ def test_every_long_gap_is_seeked_over_in_every_container(codec: str, container:
     # Decoding through any one gap instead would add at least 60 frames; a few extra are
     # allowed for demuxers that land a little before the keyframe (MPEG-TS seeks by DTS).
     ideal = 61
-    assert metadata["num_decoded_frames"] < ideal + 10
+    assert metadata.details["num_decoded_frames"] < ideal + 10
     if codec != "h264_bframes":  # H.264's unwanted B-frames are not decoded at all (below)
-        assert ideal <= metadata["num_decoded_frames"]
+        assert ideal <= metadata.details["num_decoded_frames"]
 
 
 @pytest.mark.parametrize("container", ["mp4", "mpegts"])
@@ -178,12 +193,12 @@ def test_unwanted_h264_nonreference_frames_are_not_decoded(
     expected = np.linspace(0, 119, 5, dtype=int).tolist()
     assert metadata["frames_indices"] == expected == painted_indices(frames)
     np.testing.assert_array_equal(frames, every_frame[expected])
-    skipped = 120 - metadata["num_decoded_frames"]
+    skipped = 120 - metadata.details["num_decoded_frames"]
     assert skipped >= 20  # x264 with 3 B-frames: most frames between the wanted ones
     # Without the skip, the same frames cost every one.
     monkeypatch.setattr(pyav_decode, "SKIPPABLE_NONREF_CODECS", frozenset())
     unskipped, unskipped_metadata = video_io(num_frames=5).load_bytes(data)
-    assert unskipped_metadata["num_decoded_frames"] == 120
+    assert unskipped_metadata.details["num_decoded_frames"] == 120
     np.testing.assert_array_equal(unskipped, frames)
 
 
@@ -320,7 +335,7 @@ def test_a_gap_is_seeked_over_exactly_when_it_skips_enough_frames() -> None:
 
         frames, metadata = chosen_frames(wanted).load_bytes(data, num_frames=3)
         assert painted_indices(frames) == metadata["frames_indices"] == wanted
-        decoded[kept] = metadata["num_decoded_frames"]
+        decoded[kept] = metadata.details["num_decoded_frames"]
 
     # At the boundary: frames 0..last, then the keyframe up to the target.
     assert decoded[last] == (last + 1) + (target - keyframe + 1)
@@ -716,7 +731,7 @@ def test_a_damaged_packet_costs_its_frame_not_the_video() -> None:
 
     frames, metadata = video_io(num_frames=-1).load_bytes(bytes(data))
 
-    assert metadata["num_skipped_packets"] == 1
+    assert metadata.details["num_skipped_packets"] == 1
     assert len(frames) == metadata["total_num_frames"] == 59
     assert painted_indices(frames[:25]) == list(range(25))
 

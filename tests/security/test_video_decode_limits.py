@@ -132,8 +132,8 @@ def test_frames_that_grow_midway_are_bound_inside_the_decoder(
 
     # The decoder refused the huge frames (max_pixels): they cost their packets, as damaged
     # packets do, and never reached the output scaled down.
-    assert metadata["num_skipped_packets"] >= 1
-    assert metadata["num_decoded_frames"] <= 10
+    assert metadata.details["num_skipped_packets"] >= 1
+    assert metadata.details["num_decoded_frames"] <= 10
     assert frames.shape[1:] == (48, 64, 3)
     assert all(index < 10 for index in metadata["frames_indices"])
     assert [read_frame_index(frame) for frame in frames] == metadata["frames_indices"]

@@ -39,7 +39,7 @@ def test_timestamps_that_go_backwards_fall_back_to_counting(container: str, pts_
     assert indices == sorted(indices) and len(indices) == len(frames) == 8
     # Counted in the order the decoder produces them (here, the order they were encoded).
     assert [read_frame_index(frame) for frame in frames] == indices
-    assert metadata["num_decoded_frames"] <= 3 * metadata["total_num_frames"]
+    assert metadata.details["num_decoded_frames"] <= 3 * metadata["total_num_frames"]
 
 
 def test_seeks_that_never_land_cost_at_most_one_restart(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,7 +64,7 @@ def test_seeks_that_never_land_cost_at_most_one_restart(monkeypatch: pytest.Monk
     frames, metadata = video_io(num_frames=8).load_bytes(data)
 
     assert restarts <= 2  # the first decode, and one fallback; not one per wanted frame
-    assert metadata["num_decoded_frames"] <= 2 * 300 + 3 * 10
+    assert metadata.details["num_decoded_frames"] <= 2 * 300 + 3 * 10
     assert [read_frame_index(frame) for frame in frames] == metadata["frames_indices"]
     assert (frames == expected[metadata["frames_indices"]]).all()
 

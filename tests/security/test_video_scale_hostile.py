@@ -76,6 +76,6 @@ def test_frames_that_grow_midway_stay_bound_inside_the_decoder(
 
     frames, metadata = scaled_io().load_bytes(small + huge)
 
-    assert metadata["num_skipped_packets"] >= 1
-    assert metadata["num_decoded_frames"] <= 10
+    assert metadata.details["num_skipped_packets"] >= 1
+    assert metadata.details["num_decoded_frames"] <= 10
     assert frames.shape[1:] == (*SCALING.target_size(448, 336)[::-1], 3)

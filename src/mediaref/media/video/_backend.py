@@ -227,16 +227,33 @@ class VideoBackend(VideoLoader):
         check_codec_options(cls, options, accepted, name=name or cls.__qualname__)
 
 
+_HF_METADATA_DETAILS = frozenset({"width", "height"})
+"""Of a decode's details, those ``transformers.VideoMetadata`` takes as fields too."""
+
+
+class DetailedVideoMetadata(dict[str, Any]):
+    """A loader's metadata (vLLM's keys, and the frames' ``width`` and ``height``) and, as
+    :attr:`details`, everything else the decode saw and did (``header_num_frames``, ``codec``,
+    ``num_decoded_frames``, ...). Those stay out of the dict: vLLM's model files hand it to
+    ``transformers.VideoMetadata(**metadata)`` (Qwen2.5-VL, Qwen3-VL, GLM-4.1V), which takes no
+    other key, so a key vLLM's own loaders never set would fail the request there."""
+
+    details: dict[str, Any]
+
+
 def sample_metadata(
     loader: type[VideoLoader], sample: DecodedSample, video_backend: str
 ) -> VideoMetadata:
-    """The loader's HF metadata for a decoded sample, then what the decode saw (the sample's
-    details) under the keys the HF metadata does not already use."""
-    metadata = loader.create_hf_metadata(
-        source=sample.source, valid_frame_indices=sample.valid, video_backend=video_backend
+    """The loader's HF metadata for a decoded sample; what the decode saw is its ``details``
+    (:class:`DetailedVideoMetadata`)."""
+    metadata = DetailedVideoMetadata(
+        loader.create_hf_metadata(
+            source=sample.source, valid_frame_indices=sample.valid, video_backend=video_backend
+        )
     )
-    for key, value in sample.details.items():
-        metadata.setdefault(key, value)
+    metadata.details = dict(sample.details)
+    for key in _HF_METADATA_DETAILS & sample.details.keys():
+        metadata.setdefault(key, sample.details[key])
     return metadata
 
 
@@ -299,6 +316,7 @@ class NemotronVLVideoBackend(VideoBackend):
 
 __all__ = [
     "DecodedSample",
+    "DetailedVideoMetadata",
     "NemotronVLVideoBackend",
     "PyAVVideoBackend",
     "VideoBackend",
