@@ -393,3 +393,41 @@ def test_qwen2_vl_receives_no_dummy_text(
     data = out["mm_kwargs"].get_data()
     assert set(data) == {"pixel_values", "image_grid_thw"}
     assert data["pixel_values"].shape[0] == int(data["image_grid_thw"].prod())
+
+
+def test_a_model_files_token_match_override_places_the_items(
+    qwen2_vl_processor: BaseMultiModalProcessor[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM's model files override _apply_token_matches_with_placeholders (Gemma 3 merges the
+    # newlines it puts beside an image, as its tokenizer would): the prompt and the placeholders
+    # are the override's, as in vLLM, not the base placement's.
+    processor = qwen2_vl_processor
+    real = processor._apply_token_matches_with_placeholders
+    results: list[Any] = []
+
+    def overriding(token_ids: list[int], updates: Any) -> Any:
+        new_ids, result, placeholders = real(token_ids, updates)
+        results.append(result)
+        return [*new_ids, 7], result, placeholders  # a token the base placement would not add
+
+    monkeypatch.setattr(processor, "_apply_token_matches_with_placeholders", overriding)
+    prompt = "<|vision_start|><|image_pad|><|vision_end|>describe"
+    image = Image.new("RGB", (56, 56), color=(10, 200, 30))
+    out = processor.apply(processor.build_inputs(prompt, {"image": [image]}))
+
+    assert results == [{"image": [0]}]
+    assert out["prompt_token_ids"][-1] == 7
+    [placeholder] = out["mm_placeholders"]["image"]
+    assert (
+        out["prompt_token_ids"][placeholder.offset] == processor.info.get_hf_config().image_token_id
+    )
+
+
+def test_matched_updates_are_each_items_chosen_update() -> None:
+    processor = make_processor()
+    first, second = object(), object()
+    updates: Any = {"image": [[first, second], [first]]}
+    matched = processor._matched_updates_from_result(updates, {"image": [1, 0]})
+    assert matched == {"image": [[second], [first]]}
+    with pytest.raises(RuntimeError, match=r"mm_items\['image'\]\[1\]"):
+        processor._matched_updates_from_result(updates, {"image": [0, None]})

@@ -22,6 +22,7 @@ from mediaref.processing._prompt.apply import (
     apply_prompt_updates_with_placeholders,
     check_item_counts,
 )
+from mediaref.processing._prompt.placeholders import apply_token_matches_with_placeholders
 from mediaref.processing.context import BaseProcessingInfo
 from mediaref.processing.inputs import ProcessorInputs
 from mediaref.processing.prompt_updates import (
@@ -114,12 +115,47 @@ class PromptUpdateStages(HfProcessorStages[_I]):
     ) -> tuple[list[int], MultiModalPromptUpdatesApplyResult]:
         return apply_token_matches(prompt, mm_prompt_updates, tokenizer=self._tokenizer())
 
+    def _apply_token_matches_with_placeholders(
+        self, token_ids: list[int], mm_prompt_updates: MultiModalPromptUpdates
+    ) -> tuple[
+        list[int], MultiModalPromptUpdatesApplyResult, Mapping[str, list[PlaceholderFeaturesInfo]]
+    ]:
+        """The updates applied to the token ids: the new ids, which alternative each item used
+        (None: its target was not found), and the placed items' placeholders. vLLM's model files
+        override it (Gemma 3 merges the newlines it puts beside an image, as its tokenizer
+        would), so :meth:`_apply_prompt_updates` goes through it, as vLLM's does."""
+        return apply_token_matches_with_placeholders(
+            token_ids, mm_prompt_updates, tokenizer=self._tokenizer()
+        )
+
+    def _matched_updates_from_result(
+        self,
+        mm_prompt_updates: MultiModalPromptUpdates,
+        match_result: MultiModalPromptUpdatesApplyResult,
+    ) -> dict[str, list[Sequence[ResolvedPromptUpdate]]]:
+        """Each item's update as ``match_result`` chose it (every item must have matched)."""
+        matched: dict[str, list[Sequence[ResolvedPromptUpdate]]] = {}
+        for modality, update_idxs in match_result.items():
+            for item_idx, update_idx in enumerate(update_idxs):
+                if update_idx is None:
+                    raise RuntimeError(
+                        f"Failed to apply prompt replacement for mm_items[{modality!r}][{item_idx}]"
+                    )
+                chosen = mm_prompt_updates[modality][item_idx][update_idx]
+                matched.setdefault(modality, []).append([chosen])
+        return matched
+
     def _apply_prompt_updates(
         self, token_ids: list[int], mm_prompt_updates: MultiModalPromptUpdates
     ) -> tuple[list[int], Mapping[str, list[PlaceholderFeaturesInfo]]]:
         """Apply the updates to the token ids, falling back to the decoded text for a target the
         tokenizer merged with its neighbours. A prompt lacking a placeholder for some item is a
         ``VLLMValidationError`` (400) naming the modality."""
+        new_token_ids, match_result, placeholders = self._apply_token_matches_with_placeholders(
+            token_ids, mm_prompt_updates
+        )
+        if all(idx is not None for idxs in match_result.values() for idx in idxs):
+            return new_token_ids, {m: found for m, found in placeholders.items() if found}
         return apply_prompt_updates_with_placeholders(
             token_ids, mm_prompt_updates, self._tokenizer()
         )

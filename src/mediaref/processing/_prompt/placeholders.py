@@ -128,6 +128,21 @@ def apply_token_matches(
     return placement.prompt, _apply_result(placement, mm_prompt_updates)
 
 
+def apply_token_matches_with_placeholders(
+    prompt: Sequence[int],
+    mm_prompt_updates: MultiModalPromptUpdates,
+    *,
+    tokenizer: TokenizerLike | None = None,
+) -> tuple[list[int], MultiModalPromptUpdatesApplyResult, dict[str, list[PlaceholderFeaturesInfo]]]:
+    """:func:`apply_token_matches`, and each placed item's placeholder (every modality listed)."""
+    codec = PromptCodec(tokenizer)
+    placement = place_updates(list(prompt), mm_prompt_updates, codec)
+    assert isinstance(placement.prompt, list)
+    placeholders: dict[str, list[PlaceholderFeaturesInfo]] = {m: [] for m in mm_prompt_updates}
+    placeholders.update(placeholder_infos(placement.placed, codec))
+    return placement.prompt, _apply_result(placement, mm_prompt_updates), placeholders
+
+
 def placeholder_infos(
     placed: Mapping[str, Sequence[PlacedUpdate]], codec: PromptCodec
 ) -> dict[str, list[PlaceholderFeaturesInfo]]:
@@ -175,6 +190,7 @@ __all__ = [
     "MultiModalPromptUpdatesApplyResult",
     "PlaceholderFeaturesInfo",
     "apply_token_matches",
+    "apply_token_matches_with_placeholders",
     "find_mm_placeholders",
     "full_groupby_modality",
     "iter_token_matches",
