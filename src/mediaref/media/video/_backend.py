@@ -263,10 +263,10 @@ class PyAVVideoBackend(VideoBackend):
 
     Sampling indexes the stream's packets first (exact frame count, no decode), then decodes
     only from the keyframe before each wanted frame when the gap is long; returning every frame
-    decodes the stream once. The metadata adds what the decode saw and did to vLLM's keys
-    (:mod:`mediaref.media.video.decoders.pyav`); only the HF ``VideoMetadata`` fields may be
-    passed on to an HF processor. ``num_frames`` must be -1 or positive and ``fps`` a number
-    (None or negative: no rate cap).
+    decodes the stream once. The metadata holds vLLM's keys and the frames' size; what the decode
+    saw and did (:mod:`mediaref.media.video.decoders.pyav`) is its ``details``
+    (:class:`DetailedVideoMetadata`), so the dict is what HF's ``VideoMetadata`` takes.
+    ``num_frames`` must be -1 or positive and ``fps`` a number (None or negative: no rate cap).
     """
 
     decoder_version: ClassVar[str] = "pyav/1"
