@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mediaref.media import image as image_module
-from mediaref.media.image import _pillow_jpeg_upright_size, read_jpeg_upright_size
-from mediaref.media.image._containers import plain_jpeg_size
+from mediaref.media.image import _upright_size as upright_module
+from mediaref.media.image import read_jpeg_upright_size
 from mediaref.media.image._header import MAX_HEADER_SEGMENTS
+from mediaref.media.image._upright_size import _pillow_jpeg_upright_size, plain_jpeg_size
 
 SEGMENTS = MAX_HEADER_SEGMENTS["JPEG"]
 
@@ -72,7 +72,7 @@ def test_a_plain_jpeg_is_sized_without_opening_it(monkeypatch: pytest.MonkeyPatc
     def no_pillow(*args: object, **kwargs: object) -> object:
         raise AssertionError("Pillow opened a plain JPEG")
 
-    monkeypatch.setattr(image_module, "open_image_header", no_pillow)
+    monkeypatch.setattr(upright_module, "open_image_header", no_pillow)
     assert read_jpeg_upright_size(PLAIN["baseline"]) == (48, 32)
     with pytest.raises(AssertionError):
         read_jpeg_upright_size(NOT_PLAIN["EXIF orientation"])

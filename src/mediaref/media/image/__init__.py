@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pybase64
-from PIL import ExifTags, Image, ImageMode
+from PIL import Image, ImageMode
 
 from mediaref import envs
 from mediaref.exceptions import MediaRefError
@@ -61,20 +61,15 @@ from mediaref.media.image._containers import (
     WEBP_HEADER_BYTES,
     gif_header,
     jpeg_header,
-    jpeg_scan_count,
-    plain_jpeg_size,
     png_header,
     webp_canvas_size,
     webp_header,
 )
 from mediaref.media.image._header import (
-    MAX_HEADER_SEGMENTS,
     PAYLOAD_ERRORS,
     ImageHeader,
     check_container_header,
     check_header_segments,
-    check_jpeg_scans,
-    check_pillow_refusal,
     check_pixel_limit,
     image_id_from_exif_block,
     open_image_header,
@@ -87,6 +82,7 @@ from mediaref.media.image._pixels import (
     decode_first_frame,
     decoded_image_bytes,
 )
+from mediaref.media.image._upright_size import read_jpeg_upright_size
 
 _EXIF_IMAGE_ID_KIND = "exif-image-id"
 
@@ -316,53 +312,6 @@ def read_image_size(data: bytes) -> tuple[int, int]:
     finally:
         header.close()
     return width, height
-
-
-_SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})  # transposes and quarter turns
-
-
-def read_jpeg_upright_size(data: bytes) -> tuple[int, int] | None:
-    """The ``(width, height)`` :meth:`ImageMediaIO.load_bytes` decodes a JPEG to (its EXIF
-    orientation applied), read from its header: no pixel is decoded.
-
-    None when ``data`` is not a JPEG (another format may keep its orientation after its pixels,
-    PNG's eXIf chunk say) or when its header or EXIF block will not parse: the decode then says
-    what is wrong. The orientation is read as the decode reads it (``getexif``: EXIF, then XMP).
-    """
-    if not data.startswith(b"\xff\xd8"):
-        return None
-    plain = plain_jpeg_size(data, MAX_HEADER_SEGMENTS["JPEG"])
-    if plain is not None:
-        # What Pillow would say of it without opening it (a Pillow open costs more than the rest
-        # of a routing render's work on the image): the caps open_image_header applies.
-        try:
-            check_pixel_limit(plain)
-            check_pillow_refusal(plain)
-            check_jpeg_scans(jpeg_scan_count(data))
-        except MediaRefError:
-            return None
-        return plain
-    return _pillow_jpeg_upright_size(data)
-
-
-def _pillow_jpeg_upright_size(data: bytes) -> tuple[int, int] | None:
-    """:func:`read_jpeg_upright_size` as Pillow's open and ``getexif`` read it."""
-    try:
-        header = open_image_header(data)
-    except MediaRefError:
-        return None  # a cap or a refusal: the decode raises it
-    except PAYLOAD_ERRORS:
-        return None
-    try:
-        if header.image.format != "JPEG":
-            return None
-        width, height = header.image.size
-        orientation = header.image.getexif().get(ExifTags.Base.Orientation, 1)
-    except PAYLOAD_ERRORS:
-        return None
-    finally:
-        header.close()
-    return (height, width) if orientation in _SWAPPING_ORIENTATIONS else (width, height)
 
 
 def _decode_failure(exc: Exception) -> ValueError:
