@@ -352,3 +352,21 @@ def test_under_vllm_a_model_file_is_imported_to_find_its_processor(
     # mediaref's own config never reaches into vLLM: a family must be registered for it.
     with pytest.raises(VLLMValidationError, match="'tiny_vl'"):
         MultiModalRegistry(builtin_modules=()).get_factories(ModelConfig(model=directory))
+
+
+def test_a_config_that_says_it_is_not_multimodal_is_refused_by_its_served_name(
+    tmp_path: Path,
+) -> None:
+    # vLLM's create_processor checks ModelConfig.is_multimodal_model first and names the served
+    # model; the model directory is never read (here there is none).
+    import types
+
+    config = types.SimpleNamespace(
+        model=str(tmp_path / "missing"),
+        served_model_name="friendly-model-name",
+        is_multimodal_model=False,
+    )
+    with pytest.raises(
+        VLLMValidationError, match=r"^friendly-model-name is not a multimodal model"
+    ):
+        MULTIMODAL_REGISTRY.create_processor(config)  # type: ignore[arg-type]

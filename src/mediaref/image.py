@@ -146,6 +146,8 @@ def _color(color: Sequence[int]) -> BackgroundColor:
     return (int(color[0]), int(color[1]), int(color[2]))
 
 
+_has_transparency = has_transparency  # vLLM's private name, which its own tests import
+
 __all__ = [
     "ALLOWED_IMAGE_FORMATS",
     "BackgroundColor",

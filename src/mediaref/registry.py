@@ -343,9 +343,12 @@ class MultiModalRegistry:
         model's family and the registered ones). For :data:`MULTIMODAL_REGISTRY` that is a
         model whose ``ModelConfig.is_multimodal_model`` is False.
         """
+        model_name = model_config.served_model_name or model_config.model
+        if not isinstance(model_config, ModelConfig) and not model_config.is_multimodal_model:
+            # vLLM's config says so itself: refused as vLLM refuses it, config.json unread.
+            raise VLLMValidationError(f"{model_name} is not a multimodal model", parameter="model")
         factories = self._find_factories(model_config)
         if factories is None:
-            model_name = model_config.served_model_name or model_config.model
             raise VLLMValidationError(
                 f"{model_name} is not a multimodal model: {self._not_registered(model_config)}",
                 parameter="model",

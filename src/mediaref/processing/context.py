@@ -29,6 +29,7 @@ from mediaref.parse import (
     MultiModalDataParser,
 )
 from mediaref.processing._input_context import InputProcessingContext
+from mediaref.processing._mm_kwargs import resolve_mm_processor_kwargs
 from mediaref.processing._model_config import (
     DTYPES,
     DeviceNormalizeSupport,
@@ -271,6 +272,9 @@ class BaseProcessingInfo:
             return AudioMediaIO(**kwargs)
         raise ValueError(f"no decoder for modality {modality!r}")
 
+
+# vLLM's private names for these, which its own tests import from this module.
+_resolve_mm_processor_kwargs = resolve_mm_processor_kwargs
 
 __all__ = [
     "DTYPES",
