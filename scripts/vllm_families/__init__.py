@@ -35,6 +35,15 @@ if str(SCRIPTS) not in sys.path:
 
 from make_builtin_models import TRAINING_CORPUS, _tokenizer_json, learn_bpe  # noqa: E402
 
+TINY_TEXT_DIMS: dict[str, int] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+"""The tiny text model every family's ``config.json`` describes (never instantiated)."""
+
 DATA_DIR = SCRIPTS.parent / "tests" / "data" / "vllm_families"
 
 
@@ -85,6 +94,33 @@ def jpeg_part(seed: int, size: tuple[int, int]) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
+def clip_part(seed: int, frames: int, fps: int, size: tuple[int, int]) -> dict[str, Any]:
+    """A ``video_url`` content part: an H.264 MP4 of random frames, ``size`` (width, height), as a
+    ``data:`` URL; the same frames for the same arguments."""
+    import base64
+    import io
+    from fractions import Fraction
+
+    import av
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = io.BytesIO()
+    with av.open(out, mode="w", format="mp4") as container:
+        stream = container.add_stream(
+            "libx264", rate=Fraction(fps), options={"preset": "ultrafast", "threads": "1"}
+        )
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        for _ in range(frames):
+            pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    url = "data:video/mp4;base64," + base64.b64encode(out.getvalue()).decode()
+    return {"type": "video_url", "video_url": {"url": url}}
+
+
 def image_requests() -> list[tuple[str, dict[str, Any]]]:
     """The requests every image family is checked with: one image, two of other sizes, text only."""
 
@@ -99,4 +135,13 @@ def image_requests() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-__all__ = ["DATA_DIR", "dump", "families", "image_requests", "jpeg_part", "tokenizer_files"]
+__all__ = [
+    "DATA_DIR",
+    "TINY_TEXT_DIMS",
+    "clip_part",
+    "dump",
+    "families",
+    "image_requests",
+    "jpeg_part",
+    "tokenizer_files",
+]

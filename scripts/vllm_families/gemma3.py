@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from vllm_families import dump, image_requests, jpeg_part, tokenizer_files
+from vllm_families import TINY_TEXT_DIMS, dump, image_requests, jpeg_part, tokenizer_files
 
 NAME = "gemma3"
 
@@ -174,11 +174,7 @@ def files() -> dict[str, str]:
     text_config: dict[str, Any] = {
         "model_type": "gemma3_text",
         "vocab_size": vocab_size,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
+        **TINY_TEXT_DIMS,
         "head_dim": 32,
         "query_pre_attn_scalar": 32,
         "max_position_embeddings": 131072,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_families import dump, image_requests, tokenizer_files
+from vllm_families import TINY_TEXT_DIMS, dump, image_requests, tokenizer_files
 
 NAME = "idefics3"
 
@@ -106,11 +106,7 @@ def files() -> dict[str, str]:
         "text_config": {
             "model_type": "llama",
             "vocab_size": vocab_size,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
+            **TINY_TEXT_DIMS,
             "head_dim": 32,
             "hidden_act": "silu",
             "max_position_embeddings": 8192,

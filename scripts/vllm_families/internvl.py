@@ -37,25 +37,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_families import dump, image_requests, jpeg_part, tokenizer_files
+from make_builtin_models import QWEN2_VL_SPECIAL_TOKENS
+from vllm_families import TINY_TEXT_DIMS, dump, image_requests, jpeg_part, tokenizer_files
 
 NAME = "internvl"
 
 QWEN2_5_SPECIALS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
+    *QWEN2_VL_SPECIAL_TOKENS,  # Qwen2.5's, then its tool and fill-in-the-middle tokens
     "<tool_call>",
     "</tool_call>",
     "<|fim_prefix|>",
@@ -176,11 +164,7 @@ def files() -> dict[str, str]:
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",
         "vocab_size": max(ids.values()) + 1,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
+        **TINY_TEXT_DIMS,
         "hidden_act": "silu",
         "max_position_embeddings": 32768,
         "rms_norm_eps": 1e-06,

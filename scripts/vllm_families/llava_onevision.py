@@ -45,12 +45,9 @@ refuses the mix; kept as a case both servers must refuse alike.
 
 from __future__ import annotations
 
-import base64
-import io
-from fractions import Fraction
 from typing import Any
 
-from vllm_families import dump, image_requests, jpeg_part, tokenizer_files
+from vllm_families import clip_part, dump, image_requests, jpeg_part, tokenizer_files
 
 NAME = "llava_onevision"
 
@@ -176,28 +173,6 @@ def files() -> dict[str, str]:
     }
 
 
-def _clip_part(seed: int, frames: int, fps: int, size: tuple[int, int]) -> dict[str, Any]:
-    """A ``video_url`` content part: an H.264 MP4 of random frames, ``size`` (width, height)."""
-    import av
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    out = io.BytesIO()
-    with av.open(out, mode="w", format="mp4") as container:
-        stream = container.add_stream(
-            "libx264", rate=Fraction(fps), options={"preset": "ultrafast", "threads": "1"}
-        )
-        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
-        for _ in range(frames):
-            pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    url = "data:video/mp4;base64," + base64.b64encode(out.getvalue()).decode()
-    return {"type": "video_url", "video_url": {"url": url}}
-
-
 def requests() -> list[tuple[str, dict[str, Any]]]:
     def chat(*parts: dict[str, Any]) -> dict[str, Any]:
         return {"messages": [{"role": "user", "content": list(parts)}]}
@@ -205,6 +180,6 @@ def requests() -> list[tuple[str, dict[str, Any]]]:
     what = {"type": "text", "text": "What happens in this video?"}
     return [
         *image_requests(),
-        ("one-video", chat(_clip_part(4, 8, 4, (96, 64)), what)),
-        ("image-and-video", chat(jpeg_part(5, (320, 240)), _clip_part(6, 4, 2, (64, 96)), what)),
+        ("one-video", chat(clip_part(4, 8, 4, (96, 64)), what)),
+        ("image-and-video", chat(jpeg_part(5, (320, 240)), clip_part(6, 4, 2, (64, 96)), what)),
     ]

@@ -26,50 +26,16 @@ the tiny text width instead of 2048); the BPE is the shared small one. There are
 
 from __future__ import annotations
 
-import base64
-import io
-from fractions import Fraction
 from typing import Any
 
-from vllm_families import dump, image_requests, tokenizer_files
+from make_builtin_models import QWEN2_VL_CHAT_TEMPLATE, QWEN2_VL_SPECIAL_TOKENS
+from vllm_families import clip_part, dump, image_requests, tokenizer_files
 
 NAME = "qwen2_5_vl"
 
-SPECIAL_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-)
-
-# Qwen2.5-VL-3B-Instruct's chat_template.json, verbatim.
-CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
-    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}"
-    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}"
-    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
-    "<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+# Qwen2.5-VL-3B-Instruct's special tokens and chat template are Qwen2-VL's, verbatim.
+SPECIAL_TOKENS = QWEN2_VL_SPECIAL_TOKENS
+CHAT_TEMPLATE = QWEN2_VL_CHAT_TEMPLATE
 
 # Qwen2.5-VL-3B-Instruct's preprocessor_config.json, key for key.
 PREPROCESSOR_CONFIG = {
@@ -161,30 +127,8 @@ def files() -> dict[str, str]:
     }
 
 
-def _clip_url(seed: int, frames: int, fps: int, size: tuple[int, int]) -> str:
-    """An H.264 MP4 of random frames as a ``data:`` URL (as ``tests/_render_corpus.py`` makes
-    its clips); the same frames for the same arguments."""
-    import av
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    out = io.BytesIO()
-    with av.open(out, mode="w", format="mp4") as container:
-        stream = container.add_stream(
-            "libx264", rate=Fraction(fps), options={"preset": "ultrafast"}
-        )
-        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
-        for _ in range(frames):
-            pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return "data:video/mp4;base64," + base64.b64encode(out.getvalue()).decode()
-
-
 def requests() -> list[tuple[str, dict[str, Any]]]:
-    video = {"type": "video_url", "video_url": {"url": _clip_url(30, 8, 4, (96, 64))}}
+    video = clip_part(30, 8, 4, (96, 64))
     ask = {"type": "text", "text": "Describe the video."}
     return [
         *image_requests(),
