@@ -95,30 +95,14 @@ def jpeg_part(seed: int, size: tuple[int, int]) -> dict[str, Any]:
 
 
 def clip_part(seed: int, frames: int, fps: int, size: tuple[int, int]) -> dict[str, Any]:
-    """A ``video_url`` content part: an H.264 MP4 of random frames, ``size`` (width, height), as a
-    ``data:`` URL; the same frames for the same arguments."""
-    import base64
-    import io
-    from fractions import Fraction
+    """A ``video_url`` content part: the parity corpus's H.264 MP4 of random frames, ``size``
+    (width, height), as a ``data:`` URL; the same frames for the same arguments."""
+    tests = str(SCRIPTS.parent / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from _render_corpus import _clip, video
 
-    import av
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    out = io.BytesIO()
-    with av.open(out, mode="w", format="mp4") as container:
-        stream = container.add_stream(
-            "libx264", rate=Fraction(fps), options={"preset": "ultrafast", "threads": "1"}
-        )
-        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
-        for _ in range(frames):
-            pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    url = "data:video/mp4;base64," + base64.b64encode(out.getvalue()).decode()
-    return {"type": "video_url", "video_url": {"url": url}}
+    return video(_clip(seed, frames, fps, size))
 
 
 def image_requests() -> list[tuple[str, dict[str, Any]]]:
