@@ -15,8 +15,9 @@ response (``mm_payload`` at its default, ``tensors``, vLLM's wire format on both
 
 ``--servers vllm,vllm_on_mediaref`` measures vLLM's own render server stock and run by
 ``mediaref-vllm`` (mediaref in place of ``vllm.multimodal``; the vLLM interpreter needs mediaref
-installed). Reports requests/s and p50/p99 per server and workload, and each server's ratios
-over stock vLLM's. The
+installed). Reports requests/s and p50/p99 per server and workload, the CPU the server and the
+load generator used (a share near 100% of a core says which side was the bound), and each
+server's ratios over stock vLLM's. The
 issue's targets (27): >= 3x vLLM's throughput cold, >= 8x hot, hot p99 under vLLM's hot p50;
 >= 20x on the routing workload.
 
@@ -112,6 +113,11 @@ class RenderServer:
                 time.sleep(0.5)
         raise SystemExit("the server never answered /health")
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server's process has used, all its threads together."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         import signal
 
@@ -167,8 +173,12 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, dict[str, flo
             results[kind] = {}
             workloads = {"cold": cold, "hot": hot, "routing": routing}
             for name, bodies in ((n, workloads[n]) for n in args.workloads):
+                cpu_before = time.process_time(), server.cpu_seconds()
                 wall, latencies = await drive(server.url, bodies, args.in_flight, f"{kind} {name}")
                 results[kind][name] = summary(wall, latencies)
+                # Which side was the bound: a share near 100% of its core(s).
+                results[kind][name]["client_cpu"] = (time.process_time() - cpu_before[0]) / wall
+                results[kind][name]["server_cpu"] = (server.cpu_seconds() - cpu_before[1]) / wall
         finally:
             server.stop()
     return results
@@ -184,13 +194,14 @@ def report(results: dict[str, dict[str, dict[str, float]]], args: argparse.Names
         f"routing: {ROUTING_IMAGES} distinct 720p JPEGs a request, mm_payload none "
         "(token ids, hashes and placeholders only)"
     )
-    print(f"{'workload':<8} {'server':<9} {'req/s':>8} {'p50':>9} {'p99':>9}")
+    header = f"{'workload':<8} {'server':<9} {'req/s':>8} {'p50':>9} {'p99':>9}"
+    print(f"{header} {'server CPU':>11} {'client CPU':>11}")
     for name in args.workloads:
         for kind in args.servers:
             r = results[kind][name]
             print(
                 f"{name:<8} {kind:<9} {r['requests_per_s']:8.1f} {fmt(r['p50_s']):>9} "
-                f"{fmt(r['p99_s']):>9}"
+                f"{fmt(r['p99_s']):>9} {r['server_cpu']:>11.0%} {r['client_cpu']:>11.0%}"
             )
         for kind in (k for k in args.servers if k != "vllm" and "vllm" in results):
             ours, theirs = results[kind][name], results["vllm"][name]

@@ -41,6 +41,20 @@ def test_dump_json_writes_base64_bytes_as_strings_and_nothing_else_changes() -> 
     assert json.loads(dump_json({"a": 1})) == {"a": 1}
 
 
+def test_dump_json_writes_what_vllms_server_writes() -> None:
+    # vLLM's JSONResponse: compact, and text other than ASCII as UTF-8, not as \u escapes.
+    payload = {"text": "caf\u00e9 \u2028", "ids": [1, 2], "p": 0.5, "none": None, "ok": True}
+    vllm = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    assert dump_json(payload) == vllm
+
+
+def test_dump_json_writes_a_value_msgspec_refuses_as_json_does() -> None:
+    class Text(str):  # a str subclass: msgspec refuses it, json writes it as a string
+        pass
+
+    assert json.loads(dump_json({"t": [Text("x"), b"QQ=="]})) == {"t": ["x", "QQ=="]}
+
+
 async def test_a_response_is_written_in_pieces_that_keep_the_blobs_uncopied() -> None:
     blob = b"QUJD" * 1000
     pieces = dump_json_pieces({"kwargs_data": {"image": [blob]}, "token_ids": [1, 2]})

@@ -178,7 +178,7 @@ def test_a_tiff_with_huge_tag_arrays_is_refused_before_pillow_unpacks_them() -> 
 
 def test_unrecognised_bytes_are_still_left_for_decode_time() -> None:
     ref = ImageMediaIO().load_bytes_ref(b"\x00\x01garbage that no plugin claims")
-    with pytest.raises(ValueError, match=r"^Failed to decode image: cannot identify"):
+    with pytest.raises(ValueError, match=r"^Failed to load image: cannot identify"):
         ref.decode()
 
 
@@ -251,7 +251,7 @@ def test_an_apng_frame_outside_its_canvas_is_a_decode_failure() -> None:
     fctl = data.index(b"fcTL")
     data[fctl + 8 : fctl + 16] = struct.pack(">II", 5000, 5000)  # first frame's width, height
     ref = ImageMediaIO().load_bytes_ref(bytes(data))  # the IHDR canvas is 8x8: fine at fetch
-    with pytest.raises(ValueError, match=r"^Failed to decode image: "):
+    with pytest.raises(ValueError, match=r"^Failed to load image: "):
         ref.decode()
 
 
@@ -287,6 +287,16 @@ def test_the_scan_count_holds_the_gil_throughout() -> None:
     count, python_steps = python_progress_during(lambda: jpeg_scan_count(payload, 0))
     assert count == 1 << 20
     assert python_steps == 0
+
+
+@pytest.mark.parametrize("pairs", [0, 1, 10, 64, 65, 66, 5000])
+def test_the_scan_count_counts_every_pair_however_many(pairs: int) -> None:
+    # Below and past the point where the count goes from the regular expression to bytes.count.
+    rng = np.random.default_rng(pairs)
+    chunks = [rng.integers(0, 256, 300, dtype=np.uint8).tobytes() for _ in range(pairs + 1)]
+    payload = b"\xff\xda".join(chunk.replace(b"\xff", b"\xff\x00") for chunk in chunks)
+    assert jpeg_scan_count(payload, 0) == payload.count(b"\xff\xda") == pairs
+    assert jpeg_scan_count(b"\xff\xda" + payload, 1) == pairs  # the pair at 0 is before the SOF
 
 
 def test_the_scan_limit_also_applies_when_pillow_parses_the_markers(

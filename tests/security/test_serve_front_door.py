@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from _front_door import (
     WAIT_S,
@@ -299,6 +300,40 @@ def test_comma_count_is_exact_across_its_blocks(size: int) -> None:
         if 0 <= at < size:
             data[at] = ord(",")
     assert request_body.count_commas(bytes(data)) == bytes(data).count(b",")
+
+
+def test_a_body_within_the_value_bound_by_its_length_is_not_scanned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A separator is a byte: a body of at most `limit` bytes cannot hold more.
+    def no_scan(data: bytes) -> int:
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr(request_body, "count_commas", no_scan)
+    counted = request_body.JsonValueCount(lambda size: None, limit=10)
+    counted(b"a,b,")
+    counted(b"c,d,e,")
+    assert counted.separators == 10  # the bound its length gives
+    assert request_body.parse_json_body(b"[1,2]", max_separators=5) == [1, 2]
+
+
+def test_values_are_counted_from_the_start_once_the_body_outgrows_the_bound() -> None:
+    charged: list[int] = []
+    counted = request_body.JsonValueCount(charged.append, limit=10)
+    for chunk in (b"a,b,", b"c,d,e,", b",,"):  # 12 bytes: the first two chunks are counted late
+        counted(chunk)
+    assert counted.separators == 7
+    with pytest.raises(web.HTTPRequestEntityTooLarge):
+        counted(b",,,,")  # 11 separators
+    assert charged == [4, 6, 2, 4]
+
+
+async def test_a_body_of_too_many_values_is_a_413(server: Server) -> None:
+    raw = b'{"messages":[' + b",".join([b"0"] * 1_000_002) + b"]}"
+    async with session_from("127.0.0.1") as session:
+        async with session.post(server.url + CHAT_ROUTE, data=raw) as response:
+            assert response.status == 413
+            assert "JSON values" in await response.text()
 
 
 async def test_deep_chat_template_kwargs_are_a_400_not_a_500(server: Server) -> None:

@@ -4,6 +4,11 @@ A rendered 1080p image's tensors are ~17 MB of base64; ``json.dumps`` spends ~50
 string that needs no escaping. :func:`dump_json` writes every ``bytes`` value (base64, so plain
 ASCII: what :mod:`mediaref.serve.features` encodes) as a JSON string as it is: the rest of the
 payload is dumped with a placeholder in each such place, then the blobs are spliced in.
+
+The rest is written by msgspec (a routing answer's ~5,000 token ids: 0.02 ms against
+``json.dumps``' 0.26), cheap enough to run on the event loop. Its output is vLLM's JSON read
+back value for value; as vLLM's server writes (``ensure_ascii=False``), text other than ASCII is
+UTF-8, not escaped. A value msgspec cannot write goes to ``json.dumps``.
 """
 
 from __future__ import annotations
@@ -12,8 +17,11 @@ import json
 import uuid
 from typing import Any
 
+import msgspec
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
+
+_ENCODER = msgspec.json.Encoder()
 
 WRITE_SLICE_BYTES = 1024 * 1024
 """The most of a response body handed to the socket at once (see :meth:`JsonPiecesPayload.write`)."""
@@ -40,15 +48,22 @@ def dump_json_pieces(payload: Any) -> list[bytes]:
     blobs: list[bytes] = []
     # A fresh marker per call: no string a client sent can look like one.
     marker = f"mediaref-blob-{uuid.uuid4().hex}-"
-    text = json.dumps(_swap_bytes(payload, blobs, marker), separators=(",", ":"))
+    text = _encode(_swap_bytes(payload, blobs, marker))
     if not blobs:
-        return [text.encode()]
-    pieces = text.split(f'"{marker}')
-    out = [pieces[0].encode()]
+        return [text]
+    pieces = text.split(f'"{marker}'.encode())
+    out = [pieces[0]]
     for piece in pieces[1:]:
-        index, rest = piece.split('"', 1)
-        out.extend((b'"', blobs[int(index)], b'"', rest.encode()))
+        index, rest = piece.split(b'"', 1)
+        out.extend((b'"', blobs[int(index)], b'"', rest))
     return out
+
+
+def _encode(value: Any) -> bytes:
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def dump_json(payload: Any) -> bytes:
