@@ -116,6 +116,10 @@ def audio(payload: bytes) -> dict[str, Any]:
     return {"type": "audio_url", "audio_url": {"url": _url(payload, "audio/wav")}}
 
 
+def _image_url(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
 def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
@@ -175,6 +179,10 @@ def _vision_cases() -> list[Case]:
         ),
         _vl("mm_payload_none", user(image(_jpeg(28, (64, 48))), ask), mm_payload="none"),
         _vl("corrupt_image", user(image(b"\xff\xd8\xff\xe0 not a jpeg"), ask)),
+        # data: URLs vLLM's parser refuses: no comma, not base64, "BASE64" (its strict grammar).
+        _vl("data_url_no_comma", user(_image_url("data:image/png;base64"), ask)),
+        _vl("data_url_not_base64", user(_image_url("data:image/png,hello"), ask)),
+        _vl("data_url_uppercase_base64", user(_image_url("data:image/png;BASE64,aGVsbG8="), ask)),
         _vl("not_an_image", user(image(b"GIF89a" + bytes(20), "image/gif"), ask)),
     ]
 

@@ -37,6 +37,7 @@ from mediaref.processing.dummy_inputs import ImageDummyOptions
 from mediaref.processing.processor import (
     PlaceholderFeaturesInfo,
     PromptIndex,
+    PromptIndexTargets,
     PromptInsertion,
     PromptTargetMatch,
     PromptUpdate,
@@ -296,6 +297,26 @@ def test_apply_token_matches_reports_the_alternative_each_item_used() -> None:
     new_ids, result = apply_token_matches([1, 8, 7], updates)
     assert new_ids == [1, 80, 70, 70]
     assert result == {"image": [1, 0], "audio": [None]}
+
+
+def test_vllms_private_apply_matches_cuts_the_new_ids_into_segments() -> None:
+    from mediaref.processing.processor import _apply_matches
+
+    updates = resolve_prompt_updates(
+        [PromptReplacement("image", [7], [70, 70]), PromptReplacement("image", [8], [80])],
+        {"image": 2},
+    )
+    # The prompt's ids before each content, the content, ..., the ids after the last.
+    assert _apply_matches([1, 8, 2, 7], updates) == (
+        [[1], [80], [2], [70, 70], []],
+        {"image": [1, 0]},
+    )
+    start = resolve_prompt_updates(
+        [PromptInsertion("image", PromptIndexTargets.start(), [9])], {"image": 1}
+    )
+    assert _apply_matches([1, 2], start) == ([[], [9], [1, 2]], {"image": [0]})
+    missing = resolve_prompt_updates([PromptReplacement("image", [5], [1])], {"image": 1})
+    assert _apply_matches([1, 2], missing) == ([[1, 2]], {"image": [None]})
 
 
 def test_find_mm_placeholders_groups_what_it_finds_and_gives_an_empty_dict_for_nothing() -> None:

@@ -13,6 +13,7 @@ from _raw_media import RawMediaIO
 from mediaref.exceptions import (
     MediaClientError,
     MediaNotAllowedError,
+    MediaNotImplementedError,
     MediaTooLargeError,
     describe_url,
 )
@@ -29,7 +30,8 @@ B64 = pybase64.b64encode(PAYLOAD).decode("ascii")
     [
         "image/png;base64",
         "image/png;charset=utf-8;base64",
-        "IMAGE/PNG;name=a.png;BASE64",
+        "IMAGE/PNG;name=a.png;base64",
+        "image/png;nonsense;base64",  # parameters before ";base64" are ignored, as vLLM does
         ";base64",  # no media type: RFC 2397's text/plain
     ],
 )
@@ -48,10 +50,7 @@ def test_sync_and_async_agree(connector: MediaConnector) -> None:
 @pytest.mark.parametrize(
     ("url", "reason"),
     [
-        (f"data:image/png;base64{B64}", "no comma"),
-        ("data:image/png,hello%20world", "only base64"),
-        (f"data:image/png;charset=utf-8,{B64}", "only base64"),
-        (f"data:image/png;nonsense;base64,{B64}", "not name=value"),
+        (f"data:image/png;base64{B64}", "missing ','"),
         ("data:image/png;base64,****", "invalid base64"),
         (f"data:image/png;base64,{B64[:-1]}", "invalid base64"),  # bad padding
         (f"data:image/png;base64,{B64[:100]}\n{B64[100:]}", "invalid base64"),  # no whitespace
@@ -64,6 +63,26 @@ def test_malformed_data_url_is_a_client_error(
     with pytest.raises(MediaClientError, match=reason) as caught:
         connector.fetch_image(url, RawMediaIO())
     assert type(caught.value) is MediaClientError
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "data:image/png,hello%20world",
+        f"data:image/png;charset=utf-8,{B64}",
+        f"data:image/png;BASE64,{B64}",  # vLLM's strict grammar: lower case
+        f"data:image/png; base64,{B64}",
+        f"data:base64,{B64}",  # "base64" as a media type, not the encoding
+    ],
+)
+def test_a_data_url_not_in_base64_is_not_implemented_as_in_vllm(
+    connector: MediaConnector, url: str
+) -> None:
+    # vLLM raises NotImplementedError (its server answers 501); here it is also a client error.
+    with pytest.raises(NotImplementedError, match="Only base64") as caught:
+        connector.fetch_image(url, RawMediaIO())
+    assert isinstance(caught.value, MediaNotImplementedError)
+    assert caught.value.status_code == 501
 
 
 def test_error_message_names_a_shortened_data_url(connector: MediaConnector) -> None:

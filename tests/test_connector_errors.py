@@ -22,6 +22,7 @@ from mediaref.exceptions import (
     MediaClientError,
     MediaNotAllowedError,
     MediaNotFoundError,
+    MediaNotImplementedError,
     MediaRefError,
     MediaServerError,
     MediaTimeoutError,
@@ -133,7 +134,7 @@ def _failure_urls(
     return {
         "bad-base64": ("data:image/png;base64,***", MediaClientError),
         "no-comma": ("data:image/png;base64", MediaClientError),
-        "not-base64": ("data:image/png,abc", MediaClientError),
+        "not-base64": ("data:image/png,abc", MediaNotImplementedError),
         "file-missing": ("file://" + quote(str(tmp_path / "none.png")), MediaNotFoundError),
         "file-directory": ("file://" + quote(str(tmp_path / "dir")), MediaClientError),
         "file-outside": ("file:///etc/hostname", MediaNotAllowedError),

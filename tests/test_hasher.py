@@ -300,6 +300,44 @@ def test_media_with_bytes_frames_hash_the_smaller_of_frames_and_file() -> None:
     assert H(v=MediaWithBytes(frames, large_file)) == H(v=MediaWithBytes(frames, b"z" * 100))
 
 
+# The digests vLLM 0.33.0's hasher gives these items (computed once with its parser and
+# MultiModalHasher.hash_kwargs("blake3", video=...) on the same values).
+_FILE_DIGEST = "efc4e6813dd728cadd8494c28709f80bf669789e9f874b40121c5a71a3067660"
+_VLLM_VIDEO_DIGESTS = {
+    (8, "numpy"): _FILE_DIGEST,
+    (8, "torch"): _FILE_DIGEST,
+    (2, "numpy"): "1807d0d1ec5e92416dcecc25dee9c75419d8fb664ac0da4ba504e4f5cef722d4",
+    (2, "torch"): "ee7b3fac8b1d22e6d60f62343906e257d70c59be4352890f4eb64b359b521717",
+}
+
+
+@pytest.mark.parametrize(("side", "frames_type"), list(_VLLM_VIDEO_DIGESTS))
+@pytest.mark.parametrize("needs_metadata", [False, True])
+def test_a_video_with_its_bytes_and_metadata_hashes_as_vllms(
+    side: int, frames_type: str, needs_metadata: bool
+) -> None:
+    # MediaWithBytes((frames, metadata), bytes): the frames or the file, whichever is smaller
+    # (8x8 frames: the 100-byte file, so numpy and torch frames alike; 2x2: the frames).
+    from mediaref.parse import MultiModalDataParser
+
+    frames: Any = np.zeros((2, side, side, 3), np.uint8)
+    if frames_type == "torch":
+        frames = torch.from_numpy(frames)
+    metadata = {
+        "total_num_frames": 2,
+        "fps": 2.0,
+        "duration": 1.0,
+        "video_backend": "torchcodec",
+        "frames_indices": [0, 1],
+        "do_sample_frames": False,
+    }
+    parser = MultiModalDataParser(video_needs_metadata=needs_metadata)
+    items = parser._parse_video_data([MediaWithBytes((frames, metadata), b"x" * 100)])
+    assert items is not None
+    digest = H(video=items.get_all_items_for_hash()[0])
+    assert digest == _VLLM_VIDEO_DIGESTS[side, frames_type]
+
+
 # --- tensors and arrays ---------------------------------------------------------------------------
 
 

@@ -61,8 +61,8 @@ def test_submit_appends_each_job_immediately_even_if_a_later_submit_fails(pool) 
 def test_collect_drains_every_future_before_raising_first_failure_in_request_order(pool) -> None:
     slow_gate = threading.Event()
     slow = gated_ref(slow_gate)
-    bad0 = ready_ref(fail=ValueError("Failed to decode image: corrupt 0"))
-    bad2 = ready_ref(fail=ValueError("Failed to decode image: corrupt 2"))
+    bad0 = ready_ref(fail=ValueError("Failed to load image: corrupt 0"))
+    bad2 = ready_ref(fail=ValueError("Failed to load image: corrupt 2"))
     jobs: list[MediaDecodeJob] = []
     submit_media_decodes(
         [("image", 0, bad0), ("image", 1, slow), ("image", 2, bad2)], jobs, executor=pool

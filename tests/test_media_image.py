@@ -546,10 +546,10 @@ def test_bad_payload_builds_a_ref_and_fails_at_decode(data: bytes) -> None:
     ref = media_io.load_bytes_ref(data)
     assert ref.key == derive_media_key(data, media_io.get_decode_spec())
     error = decode_error(ref)
-    assert str(error).startswith("Failed to decode image: ")
+    assert str(error).startswith("Failed to load image: ")
     assert type(error) is ValueError
     assert decode_error(ref) is error  # memoized: every caller sees the same failure
-    with pytest.raises(ValueError, match=r"^Failed to decode image: "):
+    with pytest.raises(ValueError, match=r"^Failed to load image: "):
         media_io.load_bytes(data)
 
 
@@ -594,7 +594,7 @@ def test_damaged_payloads_fail_only_as_value_errors(
     try:
         assert isinstance(ref.decode(), Image.Image)
     except ValueError as exc:
-        assert str(exc).startswith(("Failed to decode image: ", "image "))
+        assert str(exc).startswith(("Failed to load image: ", "image "))
 
 
 # --- payload lifetime and threads --------------------------------------------------------------
@@ -680,7 +680,7 @@ def test_jpeg_ref_reads_only_marker_segments(monkeypatch: pytest.MonkeyPatch) ->
 def test_jpeg_with_a_cut_header_is_left_for_decode_time(cut: int) -> None:
     data = encode(gradient_rgb(40, 26), "JPEG", quality=90)[:cut]
     ref = ImageMediaIO().load_bytes_ref(data)
-    with pytest.raises(ValueError, match="Failed to decode image"):
+    with pytest.raises(ValueError, match="Failed to load image"):
         ref.decode()
 
 

@@ -108,7 +108,7 @@ def test_a_truncated_png_fails_as_it_did_before(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(image_header, "png_with_one_idat", lambda data: data)
     with pytest.raises(ValueError, match="truncated"):
         ImageMediaIO().load_bytes(cut)
-    assert str(merged_failure.value).startswith("Failed to decode image: image file is truncated")
+    assert str(merged_failure.value).startswith("Failed to load image: image file is truncated")
 
 
 def test_a_decode_feeds_the_whole_image_data_at_once(decoder_feeds: dict[str, list[int]]) -> None:

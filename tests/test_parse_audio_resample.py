@@ -109,3 +109,17 @@ def test_normalizer_passes_non_audio_decoder_output_through() -> None:
     assert normalizer.normalize_decoded(b"raw") == b"raw"
     out = normalizer.normalize_decoded((noise((2, 800)), 8000.0))
     assert out.shape == (math.ceil(800 * 2),)
+
+
+def test_the_torchaudio_filter_is_built_once_per_pair_of_rates() -> None:
+    # As vLLM caches torchaudio's Resample: its kernel is the cost of a short clip's resample.
+    from mediaref.audio import _get_torchaudio_resampler, resample_audio_torchaudio
+
+    _get_torchaudio_resampler.cache_clear()
+    audio = np.arange(441, dtype=float)
+    first = resample_audio_torchaudio(audio, orig_sr=44100, target_sr=16000)
+    again = resample_audio_torchaudio(audio, orig_sr=44100.2, target_sr=16000)  # whole hertz
+    resample_audio_torchaudio(audio, orig_sr=48000, target_sr=16000)
+    info = _get_torchaudio_resampler.cache_info()
+    assert (info.misses, info.hits) == (2, 1)
+    np.testing.assert_array_equal(first, again)

@@ -82,7 +82,7 @@ def test_none_data_is_one_uuid_only_item() -> None:
 
 
 def test_decode_failure_propagates_unchanged() -> None:
-    error = ValueError("Failed to decode image: broken")
+    error = ValueError("Failed to load image: broken")
 
     def broken() -> object:
         raise error

@@ -108,6 +108,13 @@ class MediaNotAllowedError(MediaClientError):
     status_code = 403
 
 
+class MediaNotImplementedError(MediaClientError, NotImplementedError):
+    """A form of media input vLLM does not implement either (a ``data:`` URL not in base64):
+    HTTP 501 and a ``NotImplementedError``, as vLLM answers it."""
+
+    status_code = 501
+
+
 class MediaTooLargeError(MediaClientError):
     """Over a configured cap: the encoded size, an image's pixels, a request's decoded bytes...
 
@@ -206,6 +213,7 @@ __all__ = [
     "MediaClientError",
     "MediaNotAllowedError",
     "MediaNotFoundError",
+    "MediaNotImplementedError",
     "MediaRefError",
     "MediaServerError",
     "MediaTimeoutError",

@@ -141,7 +141,7 @@ def decode(ref: MediaRef[Image.Image], pool: concurrent.futures.Executor) -> Non
                 assert isinstance(ref.decode(), Image.Image)
             except ValueError as exc:  # a verdict or a cap, and nothing else
                 assert isinstance(exc, FETCH_REFUSALS) or str(exc).startswith(
-                    ("Failed to decode image: ", "image ", "the request's decoded media")
+                    ("Failed to load image: ", "image ", "the request's decoded media")
                 ), exc
 
     pool.submit(run).result(timeout=NEVER_HANGS_S)

@@ -198,7 +198,7 @@ def test_truncated_images_fail_and_the_global_switch_is_left_alone() -> None:
     assert ImageFile.LOAD_TRUNCATED_IMAGES is False
     data = encode(gradient_rgb(64, 64), "PNG")
     ref = ImageMediaIO().load_bytes_ref(data[: len(data) * 2 // 3])
-    with pytest.raises(ValueError, match=r"^Failed to decode image: .*truncated"):
+    with pytest.raises(ValueError, match=r"^Failed to load image: .*truncated"):
         ref.decode()
     assert ImageFile.LOAD_TRUNCATED_IMAGES is False
 

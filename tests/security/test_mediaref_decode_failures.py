@@ -62,7 +62,7 @@ def test_a_failure_that_is_not_a_verdict_propagates_and_is_not_remembered(
 
 @pytest.mark.parametrize(
     "verdict",
-    [ValueError("Failed to decode image: corrupt"), VLLMUnprocessableEntityError("refused format")],
+    [ValueError("Failed to load image: corrupt"), VLLMUnprocessableEntityError("refused format")],
 )
 def test_a_verdict_on_the_payload_is_remembered(verdict: ValueError) -> None:
     decoder = FailingThenOk(verdict)

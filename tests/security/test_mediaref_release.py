@@ -139,7 +139,7 @@ def test_release_before_any_decode_started_leaves_the_ref_undecodable() -> None:
 
 
 def test_a_released_ref_whose_pending_decode_fails_reports_the_release() -> None:
-    decoder = GatedDecoder(error=ValueError("Failed to decode image: corrupt"))
+    decoder = GatedDecoder(error=ValueError("Failed to load image: corrupt"))
     ref = MediaRef(b"payload", decoder, DecodeSpec())
     twin = ref.fork()
     decoding = start_decoding(ref)

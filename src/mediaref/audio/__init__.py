@@ -38,7 +38,11 @@ from mediaref.audio._resample import (
     resample_audio_soxr,
     resample_audio_torchaudio,
 )
+from mediaref.audio._sinc import sinc_resampler
 from mediaref.audio._split import find_split_point, get_audio_duration, split_audio
+
+# vLLM's private name for the cached per-rates resampler, which its own tests import.
+_get_torchaudio_resampler = sinc_resampler
 
 __all__ = [
     "MONO_AUDIO_SPEC",

@@ -24,7 +24,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from mediaref.audio._sinc import resample_sinc_hann
+from mediaref.audio._sinc import sinc_resampler
 
 AudioResampleMethod = Literal["pyav", "scipy", "soxr", "torchaudio", "librosa"]
 FloatArray = npt.NDArray[np.floating[Any]]
@@ -106,7 +106,7 @@ def resample_audio_torchaudio(audio: FloatArray, *, orig_sr: float, target_sr: f
     orig, target = _whole_hertz(orig_sr, target_sr)
     if orig == target:
         return audio
-    return resample_sinc_hann(audio, orig, target)
+    return sinc_resampler(orig, target)(audio)
 
 
 def resample_audio_librosa(audio: FloatArray, *, orig_sr: float, target_sr: float) -> FloatArray:

@@ -33,51 +33,57 @@ _ROLLOFF = 0.99
 _BLOCKS_PER_CHUNK = 1 << 14
 
 
+class SincResampler:
+    """torchaudio's ``Resample(orig_sr, target_sr)`` at its defaults: the kernel is built once,
+    here, for the gcd-reduced rates; calling it resamples ``audio`` (any shape, time on the last
+    axis) to float32."""
+
+    def __init__(self, orig_sr: int, target_sr: int) -> None:
+        gcd = math.gcd(orig_sr, target_sr)
+        self.orig, self.new = orig_sr // gcd, target_sr // gcd
+        base = min(self.orig, self.new) * _ROLLOFF
+        self.width = math.ceil(_ZERO_CROSSINGS * self.orig / base)
+        taps = np.arange(-self.width, self.width + self.orig, dtype=np.float64) / self.orig
+        phases = -np.arange(self.new, dtype=np.float64)[:, None] / self.new
+        t = np.clip((phases + taps) * base, -_ZERO_CROSSINGS, _ZERO_CROSSINGS)
+        window = np.cos(t * math.pi / _ZERO_CROSSINGS / 2) ** 2
+        # np.sinc(x) is sin(pi x) / (pi x), and 1 at 0. Transposed to (2 * width + orig, new)
+        # for the product.
+        kernel = (np.sinc(t) * window * (base / self.orig)).T
+        self.kernel = np.ascontiguousarray(kernel, dtype=np.float32)
+        self.kernel.flags.writeable = False  # cached and shared: nobody may change it
+
+    def __call__(self, audio: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+        orig, new, width, kernel = self.orig, self.new, self.width, self.kernel
+        signal = np.asarray(audio, dtype=np.float32)
+        rows = signal.reshape(-1, signal.shape[-1])
+        length = rows.shape[-1]
+        out_length = math.ceil(new * length / orig)
+        taps = kernel.shape[0]
+        padded = np.pad(rows, ((0, 0), (width, width + orig)))
+        blocks = (padded.shape[-1] - taps) // orig + 1
+        out = np.empty((rows.shape[0], blocks * new), dtype=np.float32)
+        row_stride, col_stride = padded.strides
+        for start in range(0, blocks, _BLOCKS_PER_CHUNK):
+            count = min(_BLOCKS_PER_CHUNK, blocks - start)
+            # (rows, count, taps): block b of this chunk reads taps samples from (start + b) * orig.
+            windows = as_strided(
+                padded[:, start * orig :],
+                shape=(rows.shape[0], count, taps),
+                strides=(row_stride, orig * col_stride, col_stride),
+                writeable=False,
+            )
+            chunk = windows @ kernel  # (rows, count, new): block-major, phase-minor
+            out[:, start * new : (start + count) * new] = chunk.reshape(rows.shape[0], count * new)
+        result = out[:, :out_length]
+        return result.reshape(*signal.shape[:-1], out_length)
+
+
 @lru_cache(maxsize=32)
-def _kernel(orig: int, new: int) -> tuple[npt.NDArray[np.float32], int]:
-    """The kernel, transposed to (2 * width + orig, new) float32 for the product, and ``width``,
-    for gcd-reduced rates."""
-    base = min(orig, new) * _ROLLOFF
-    width = math.ceil(_ZERO_CROSSINGS * orig / base)
-    taps = np.arange(-width, width + orig, dtype=np.float64) / orig
-    phases = -np.arange(new, dtype=np.float64)[:, None] / new
-    t = np.clip((phases + taps) * base, -_ZERO_CROSSINGS, _ZERO_CROSSINGS)
-    window = np.cos(t * math.pi / _ZERO_CROSSINGS / 2) ** 2
-    # np.sinc(x) is sin(pi x) / (pi x), and 1 at 0.
-    kernel = np.ascontiguousarray((np.sinc(t) * window * (base / orig)).T, dtype=np.float32)
-    kernel.flags.writeable = False  # cached and shared: nobody may change it
-    return kernel, width
+def sinc_resampler(orig_sr: int, target_sr: int) -> SincResampler:
+    """The resampler for one pair of whole-hertz rates, built once: as vLLM caches torchaudio's
+    (its private ``_get_torchaudio_resampler``, under which name mediaref exports this too)."""
+    return SincResampler(orig_sr, target_sr)
 
 
-def resample_sinc_hann(
-    audio: npt.NDArray[np.floating], orig_sr: int, target_sr: int
-) -> npt.NDArray[np.float32]:
-    """``audio`` (any shape, time on the last axis) from ``orig_sr`` to ``target_sr``, float32."""
-    gcd = math.gcd(orig_sr, target_sr)
-    orig, new = orig_sr // gcd, target_sr // gcd
-    kernel, width = _kernel(orig, new)
-    signal = np.asarray(audio, dtype=np.float32)
-    rows = signal.reshape(-1, signal.shape[-1])
-    length = rows.shape[-1]
-    out_length = math.ceil(new * length / orig)
-    taps = kernel.shape[0]
-    padded = np.pad(rows, ((0, 0), (width, width + orig)))
-    blocks = (padded.shape[-1] - taps) // orig + 1
-    out = np.empty((rows.shape[0], blocks * new), dtype=np.float32)
-    row_stride, col_stride = padded.strides
-    for start in range(0, blocks, _BLOCKS_PER_CHUNK):
-        count = min(_BLOCKS_PER_CHUNK, blocks - start)
-        # (rows, count, taps): block b of this chunk reads taps samples from (start + b) * orig.
-        windows = as_strided(
-            padded[:, start * orig :],
-            shape=(rows.shape[0], count, taps),
-            strides=(row_stride, orig * col_stride, col_stride),
-            writeable=False,
-        )
-        chunk = windows @ kernel  # (rows, count, new): block-major, phase-minor
-        out[:, start * new : (start + count) * new] = chunk.reshape(rows.shape[0], count * new)
-    result = out[:, :out_length]
-    return result.reshape(*signal.shape[:-1], out_length)
-
-
-__all__ = ["resample_sinc_hann"]
+__all__ = ["SincResampler", "sinc_resampler"]

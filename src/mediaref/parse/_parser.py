@@ -241,7 +241,14 @@ class MultiModalDataParser:
     # --- video -------------------------------------------------------------------------------
 
     def _get_video_with_metadata(self, video: Any) -> tuple[Any, dict[str, Any] | None]:
-        """Frames and metadata of a decoded video item. Subclasses override to supply defaults."""
+        """Frames and metadata of a decoded video item. Subclasses override to supply defaults.
+
+        ``MediaWithBytes((frames, metadata), data)`` gives ``MediaWithBytes(frames, data)`` and the
+        metadata, as vLLM's does: the hasher then reads the frames or the bytes, whichever is
+        smaller, never a pickle of the pair."""
+        if isinstance(video, MediaWithBytes):
+            frames, metadata = self._get_video_with_metadata(video.media)
+            return MediaWithBytes(frames, video.original_bytes), metadata
         if isinstance(video, tuple):
             frames, metadata = video
             return frames, metadata

@@ -36,6 +36,10 @@ from mediaref.processing._enc_dec_processor import (
 )
 from mediaref.processing._fast_encode import cached_encode
 from mediaref.processing._hf_stages import HFMultiModalInputs
+from mediaref.processing._prompt.placeholders import (
+    apply_matches_as_segments,
+    apply_token_matches_with_placeholders,
+)
 from mediaref.processing._prompt_stages import MultiModalProcessingResult
 from mediaref.processing._timing import ApplyTimings
 from mediaref.processing.context import BaseProcessingInfo, TimingContext
@@ -65,6 +69,10 @@ from mediaref.processing.prompt_updates import (
     iter_token_matches,
     replace_token_matches,
 )
+
+# vLLM's private functions of this module, which its own tests import.
+_apply_matches = apply_matches_as_segments
+_apply_token_matches_with_placeholders = apply_token_matches_with_placeholders
 
 __all__ = [
     "ApplyTimings",

@@ -2,9 +2,10 @@
 
 The form is ``data:[<media type>][;<param>=<value>]*;base64,<payload>``.
 
-Parameters such as ``charset`` are accepted and ignored. A missing comma, another encoding (the
-percent-encoded form), a non-ASCII URL or a payload that is not strict base64 is an error, never
-a guess.
+Parameters such as ``charset`` are accepted and ignored. A missing comma, a non-ASCII URL or a
+payload that is not strict base64 is an error, never a guess; a header that does not end in
+``;base64`` exactly (the percent-encoded form, ``;BASE64``) is vLLM's ``NotImplementedError``
+(``MediaNotImplementedError``, 501, as vLLM's server answers).
 
 A data: URL arrives whole in the request, so it can be hundreds of megabytes. Parsing touches
 only the header (at most ``MAX_HEADER_CHARS``, so a URL without a comma is not scanned to its
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pybase64
 
+from mediaref.exceptions import MediaNotImplementedError, describe_url
 from mediaref.media._transport.errors import TooLargeError
 
 _PREFIX = "data:"
@@ -62,16 +64,19 @@ def parse_data_url(url: str) -> DataURL:
         raise binascii.Error("non-ASCII character in the data: URL")
     comma = url.find(",", 0, len(_PREFIX) + MAX_HEADER_CHARS + 1)
     if comma < 0:
-        raise ValueError(
-            "data: URL has no comma separating its header from the payload "
-            f"within {MAX_HEADER_CHARS} characters"
+        raise ValueError(  # vLLM's wording, with where this parser looks
+            f"Invalid data URL {url[:32]!r}: missing ',' separator "
+            f"within {MAX_HEADER_CHARS} characters of its start"
         )
+    # vLLM's grammar: the header ends in ";base64", exactly (lower case, no spaces); any other
+    # parameters before it are ignored.
     media_type, *params = url[len(_PREFIX) : comma].split(";")
-    if not params or params[-1].strip().lower() != "base64":
-        raise ValueError("only base64 data: URLs are supported (header must end in ';base64')")
-    for param in params[:-1]:
-        if "=" not in param:
-            raise ValueError(f"data: URL parameter {param[:64]!r} is not name=value")
+    if not params or params[-1] != "base64":
+        raise MediaNotImplementedError(
+            f"Failed to fetch {describe_url(url)}: Only base64 data URLs are supported for now "
+            "(the header must end in ';base64')",
+            url=url,
+        )
     return DataURL(media_type.strip().lower() or _DEFAULT_MEDIA_TYPE, url, comma + 1)
 
 

@@ -12,7 +12,7 @@ enough to refuse, at fetch time and before a single pixel is allocated:
   that will not decode (see ``_image_header`` for why each other format is refused).
 
 Bytes that no accepted format recognises are left for decode time, where they fail like any
-corrupt image, ``ValueError("Failed to decode image: <reason>")``, which the processor reports as
+corrupt image, ``ValueError("Failed to load image: <reason>")``, which the processor reports as
 a 422 naming the item. A failure that is not the payload's (``MemoryError``...) propagates as
 itself and a later decode tries again.
 
@@ -316,7 +316,7 @@ def read_image_size(data: bytes) -> tuple[int, int]:
 
 def _decode_failure(exc: Exception) -> ValueError:
     """The one mapping of Pillow's exceptions for a payload that won't decode."""
-    return ValueError(f"Failed to decode image: {str(exc) or type(exc).__name__}")
+    return ValueError(f"Failed to load image: {str(exc) or type(exc).__name__}")
 
 
 def _validated_image_mode(mode: str | None) -> str | None:

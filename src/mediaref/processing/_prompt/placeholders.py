@@ -128,6 +128,32 @@ def apply_token_matches(
     return placement.prompt, _apply_result(placement, mm_prompt_updates)
 
 
+def apply_matches_as_segments(
+    prompt: Sequence[int],
+    mm_prompt_updates: MultiModalPromptUpdates,
+    *,
+    tokenizer: TokenizerLike | None = None,
+) -> tuple[list[list[int]], MultiModalPromptUpdatesApplyResult]:
+    """:func:`apply_token_matches` with the new ids cut into segments, as vLLM's private
+    ``_apply_matches`` returns them: the prompt's ids before each placed content, the content,
+    and so on, ending with the ids after the last content (flattened: the new ids)."""
+    codec = PromptCodec(tokenizer)
+    placement = place_updates(list(prompt), mm_prompt_updates, codec)
+    assert isinstance(placement.prompt, list)
+    new_ids = placement.prompt
+    placed = sorted(
+        (item for items in placement.placed.values() for item in items), key=lambda i: i.offset
+    )
+    segments: list[list[int]] = []
+    kept_from = 0
+    for item in placed:
+        segments.append(new_ids[kept_from : item.offset])
+        segments.append(new_ids[item.offset : item.offset + item.length])
+        kept_from = item.offset + item.length
+    segments.append(new_ids[kept_from:])
+    return segments, _apply_result(placement, mm_prompt_updates)
+
+
 def apply_token_matches_with_placeholders(
     prompt: Sequence[int],
     mm_prompt_updates: MultiModalPromptUpdates,
@@ -189,6 +215,7 @@ __all__ = [
     "MultiModalIsCached",
     "MultiModalPromptUpdatesApplyResult",
     "PlaceholderFeaturesInfo",
+    "apply_matches_as_segments",
     "apply_token_matches",
     "apply_token_matches_with_placeholders",
     "find_mm_placeholders",
