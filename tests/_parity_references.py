@@ -1,17 +1,17 @@
 """Media and reference computations for the processor parity tests.
 
 The references here are computed without the mediaref processor: images are opened with plain
-Pillow, audio is read with soundfile, mixed to mono and resampled with soxr directly, and the
+Pillow, audio is read with soundfile, mixed to mono and resampled with torchaudio's filter, and the
 expected placeholders are read off the token ids the HF processor itself expanded. Only video
 frames come from mediaref's PyAV loader, because "the frames our loader sampled" is what the
-parity claim is about for video.
+parity claim is about for video, and the resampling filter (torchaudio's, vLLM's default), held
+to torchaudio's own vectors elsewhere.
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import soundfile as sf  # type: ignore[import-untyped]
-import soxr
 import torch
 from PIL import Image
 
 from _audio_samples import Tones, encode_soundfile, sine
 from _image_samples import encode, sample_path
 from _video_samples import make_clip
+from mediaref.audio import resample_audio_torchaudio
 from mediaref.inputs import MultiModalInputs, PlaceholderRange
 
 IMAGE_PROMPT = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -91,19 +91,15 @@ def reference_audio(data: bytes, *, mix: str = "mean") -> npt.NDArray[np.float32
 
     soundfile reads (frames, channels); ``mix="mean"`` averages the channels (what the parse
     layer does), ``mix="first"`` keeps the first one (a deliberately wrong reference, used to show
-    the comparison notices the mix). Resampling is ``librosa.resample``'s default, written out:
-    soxr at ``soxr_hq``, then the length fixed to ``ceil(n * ratio)``; calling soxr directly
-    avoids librosa's numba import, which costs seconds.
+    the comparison notices the mix). Resampling is vLLM's default, torchaudio's sinc filter:
+    mediaref's ``resample_audio_torchaudio``, the one piece taken from mediaref, held to vectors
+    torchaudio itself computed (``tests/test_api_audio.py``; torchaudio is not installed here).
     """
     samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     mono = samples.mean(axis=1, dtype=np.float32) if mix == "mean" else samples[:, 0]
     if rate == AUDIO_SAMPLE_RATE:
         return np.ascontiguousarray(mono)
-    resampled = soxr.resample(mono, rate, AUDIO_SAMPLE_RATE, quality="soxr_hq")
-    length = math.ceil(len(mono) * AUDIO_SAMPLE_RATE / rate)
-    fixed = np.zeros(length, dtype=np.float32)
-    fixed[: min(length, len(resampled))] = resampled[:length]
-    return fixed
+    return resample_audio_torchaudio(mono, orig_sr=rate, target_sr=AUDIO_SAMPLE_RATE)
 
 
 def placeholders_from_ids(

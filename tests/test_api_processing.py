@@ -299,6 +299,18 @@ def test_apply_token_matches_reports_the_alternative_each_item_used() -> None:
     assert result == {"image": [1, 0], "audio": [None]}
 
 
+def test_an_update_with_empty_content_gets_no_placeholder_as_in_vllm() -> None:
+    from mediaref.processing.processor import _apply_token_matches_with_placeholders
+
+    updates = resolve_prompt_updates(
+        [PromptReplacement("image", [7], [70]), PromptReplacement("audio", [6], [])],
+        {"image": 1, "audio": 1},
+    )
+    new_ids, result, placeholders = _apply_token_matches_with_placeholders([6, 7], updates)
+    assert (new_ids, result) == ([70], {"image": [0], "audio": [0]})
+    assert placeholders["audio"] == [] and [p.tokens for p in placeholders["image"]] == [[70]]
+
+
 def test_vllms_private_apply_matches_cuts_the_new_ids_into_segments() -> None:
     from mediaref.processing.processor import _apply_matches
 

@@ -48,7 +48,7 @@ def test_audio_ref_is_mapped_without_decoding() -> None:
     assert isinstance(raw, MediaRef) and raw is not ref
     assert decoder.calls == 0 and not raw.is_decoded
     assert raw.spec.settings["audio_target_sr"] == 16000.0
-    assert raw.spec.settings["audio_resample_method"] == "librosa"
+    assert raw.spec.settings["audio_resample_method"] == "torchaudio"  # vLLM's default
 
 
 def test_resampled_ref_decodes_to_the_target_length_at_decode_time() -> None:

@@ -666,9 +666,19 @@ def test_token_ids_are_held_as_tuples_so_callers_cannot_mutate_a_cached_update()
     assert (resolved.target, resolved.content.full) == ((9,), (1, 2))
 
 
-def test_empty_target_is_rejected_at_resolution() -> None:
-    with pytest.raises(ValueError, match="empty target"):
-        PromptReplacement("image", [], [1]).resolve(0)
+@pytest.mark.parametrize("target", [[], ""])
+def test_an_empty_target_matches_nowhere_as_in_vllm(
+    tokenizer: PreTrainedTokenizerFast, target: list[int] | str
+) -> None:
+    resolved = PromptReplacement("image", target, [1]).resolve(0)
+    updates = {"image": [[resolved]]}
+    prompt = ids_of(tokenizer, "a b")
+    assert find_mm_placeholders(prompt, updates, tokenizer=tokenizer) == {}
+    # Not found on the token ids nor in the text: the item's placeholder is missing (a 400).
+    with pytest.raises(VLLMValidationError, match="image"):
+        apply_prompt_updates(prompt, updates, tokenizer)
+    if isinstance(target, list):
+        assert list(resolved.iter_token_matches(prompt)) == []
 
 
 def test_with_target_and_with_content_make_modified_copies() -> None:

@@ -81,7 +81,8 @@ class MultiModalDataParser:
     Args:
         target_sr: resample audio to this rate (items whose rate is known).
         target_channels: normalize audio to this many channels (1: downmix to mono).
-        audio_resample_method: ``"librosa"`` (soxr, high quality) or ``"scipy"`` (polyphase).
+        audio_resample_method: vLLM's methods (``"torchaudio"``, its default, and ``"pyav"``,
+            ``"scipy"``, ``"soxr"``) or ``"librosa"`` (soxr at librosa's default quality).
         video_needs_metadata: HF sees ``(frames, metadata)`` per video; a video without metadata
             is rejected (at parse time when supplied decoded, at decode time when fetched).
         expected_hidden_size: reject embeddings whose last dimension differs.
@@ -103,7 +104,7 @@ class MultiModalDataParser:
         *,
         target_sr: float | None = None,
         target_channels: int | None = None,
-        audio_resample_method: AudioResampleMethod = "librosa",
+        audio_resample_method: AudioResampleMethod = "torchaudio",
         video_needs_metadata: bool = False,
         expected_hidden_size: int | None = None,
         allow_missing_mm_embeddings: bool = False,

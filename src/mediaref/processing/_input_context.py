@@ -95,7 +95,8 @@ class InputProcessingContext:
     ) -> dict[str, Any]:
         """The configured ``mm_processor_kwargs`` overridden by ``kwargs``, flat keys routed
         into the HF kwarg scopes that support them (see :mod:`mediaref.processing._mm_kwargs`)."""
-        merged = self.get_mm_config().merge_mm_processor_kwargs(kwargs)
+        # Through get_multimodal_config(), as vLLM's reads it (a model config need offer no more).
+        merged = self.model_config.get_multimodal_config().merge_mm_processor_kwargs(kwargs)
         return resolve_mm_processor_kwargs(merged, supported_mm_processor_kwargs)
 
     def get_hf_processor(

@@ -102,8 +102,13 @@ class PromptUpdateStages(HfProcessorStages[_I]):
         return prompt
 
     def _tokenizer(self) -> TokenizerLike | None:
-        ctx = self.info.ctx
-        return ctx.tokenizer if ctx.has_tokenizer() else None
+        # The processing info's, as vLLM's text fallback asks it (a family may override
+        # get_tokenizer; an info object need offer no more than that); None without one.
+        ctx = getattr(self.info, "ctx", None)
+        if ctx is not None and not ctx.has_tokenizer():
+            return None
+        tokenizer: TokenizerLike = self.info.get_tokenizer()
+        return tokenizer
 
     def _find_mm_placeholders(
         self, new_token_ids: list[int], mm_prompt_updates: MultiModalPromptUpdates

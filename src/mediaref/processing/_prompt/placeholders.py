@@ -165,7 +165,9 @@ def apply_token_matches_with_placeholders(
     placement = place_updates(list(prompt), mm_prompt_updates, codec)
     assert isinstance(placement.prompt, list)
     placeholders: dict[str, list[PlaceholderFeaturesInfo]] = {m: [] for m in mm_prompt_updates}
-    placeholders.update(placeholder_infos(placement.placed, codec))
+    for modality, infos in placeholder_infos(placement.placed, codec).items():
+        # An update whose content is empty placed nothing to point at: no placeholder, as vLLM.
+        placeholders[modality] = [info for info in infos if info.tokens]
     return placement.prompt, _apply_result(placement, mm_prompt_updates), placeholders
 
 

@@ -134,11 +134,8 @@ class ResolvedPromptUpdate:
         target = self.target
         if not isinstance(target, (str, PromptIndex)):
             target = as_token_ids(target)
-        if not isinstance(target, PromptIndex) and len(target) == 0:
-            raise ValueError(
-                f"the prompt update for {self.modality} item {self.item_idx} has an empty target;"
-                " use PromptIndexTargets for a position"
-            )
+        # An empty target is allowed, as vLLM allows it, and matches nowhere: its item is then
+        # missing from the prompt (a position is what PromptIndexTargets are for).
         object.__setattr__(self, "target", target)
         object.__setattr__(self, "mode", UpdateMode(self.mode))
         if not isinstance(self.content, PromptUpdateDetails):
