@@ -559,6 +559,41 @@ def test_text_fallback_applies_a_target_merged_with_its_neighbours(tokenizer: An
     assert placeholders["video"] == [PlaceholderRange(0, 2)]
 
 
+def test_a_processors_text_fallback_finds_placeholders_through_its_hook(tokenizer: Any) -> None:
+    # vLLM's fallback finds what it applied through _find_mm_placeholders, which a model file may
+    # override; mediaref's processor does too.
+    from mediaref.processing.processor import BaseMultiModalProcessor
+
+    class Info:
+        def get_tokenizer(self) -> Any:
+            return tokenizer
+
+    calls: list[list[int]] = []
+
+    class Processor(BaseMultiModalProcessor[Any]):
+        def __init__(self) -> None:  # only the info's tokenizer is needed, as in vLLM's test
+            self.info = Info()  # type: ignore[assignment]
+
+        def _get_mm_fields_config(self, *args: Any) -> Any:
+            raise NotImplementedError
+
+        def _get_prompt_updates(self, *args: Any) -> Any:
+            raise NotImplementedError
+
+        def _find_mm_placeholders(self, new_token_ids: Any, mm_prompt_updates: Any) -> Any:
+            calls.append(list(new_token_ids))
+            return super()._find_mm_placeholders(new_token_ids, mm_prompt_updates)
+
+    updates = resolve([PromptReplacement("image", "foo", "<image>")], image=1)
+    new_ids, placeholders = Processor()._apply_prompt_updates(
+        ids_of(tokenizer, "I like food"), updates
+    )
+    assert calls == [new_ids] and new_ids == ids_of(tokenizer, "I like <image>d")
+    image_id = ids_of(tokenizer, "<image>")[0]
+    [info] = placeholders["image"]
+    assert (info.start_idx, info.tokens) == (new_ids.index(image_id), [image_id])
+
+
 def test_text_fallback_content_lost_in_re_encoding_is_a_runtime_error(tokenizer: Any) -> None:
     # "foo" replaced by "foo" re-encodes as part of "food": the placeholder is gone.
     updates = resolve([PromptReplacement("image", "foo", "foo")], image=1)

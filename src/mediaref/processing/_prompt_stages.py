@@ -19,8 +19,10 @@ from mediaref.parse import MultiModalDataItems
 from mediaref.processing._fast_encode import encode_text
 from mediaref.processing._hf_stages import HfProcessorStages
 from mediaref.processing._prompt.apply import (
-    apply_prompt_updates_with_placeholders,
+    apply_updates_via_text,
     check_item_counts,
+    check_placeholders_survived,
+    matched_updates,
 )
 from mediaref.processing._prompt.placeholders import apply_token_matches_with_placeholders
 from mediaref.processing.context import BaseProcessingInfo
@@ -139,16 +141,7 @@ class PromptUpdateStages(HfProcessorStages[_I]):
         match_result: MultiModalPromptUpdatesApplyResult,
     ) -> dict[str, list[Sequence[ResolvedPromptUpdate]]]:
         """Each item's update as ``match_result`` chose it (every item must have matched)."""
-        matched: dict[str, list[Sequence[ResolvedPromptUpdate]]] = {}
-        for modality, update_idxs in match_result.items():
-            for item_idx, update_idx in enumerate(update_idxs):
-                if update_idx is None:
-                    raise RuntimeError(
-                        f"Failed to apply prompt replacement for mm_items[{modality!r}][{item_idx}]"
-                    )
-                chosen = mm_prompt_updates[modality][item_idx][update_idx]
-                matched.setdefault(modality, []).append([chosen])
-        return matched
+        return matched_updates(mm_prompt_updates, match_result)
 
     def _apply_prompt_updates(
         self, token_ids: list[int], mm_prompt_updates: MultiModalPromptUpdates
@@ -161,9 +154,18 @@ class PromptUpdateStages(HfProcessorStages[_I]):
         )
         if all(idx is not None for idxs in match_result.values() for idx in idxs):
             return new_token_ids, {m: found for m, found in placeholders.items() if found}
-        return apply_prompt_updates_with_placeholders(
-            token_ids, mm_prompt_updates, self._tokenizer()
+        # The text fallback; what it placed is then found through _find_mm_placeholders, which a
+        # model may override, as vLLM's fallback finds it.
+        found_on_tokens = {
+            m: sum(idx is not None for idx in idxs) for m, idxs in match_result.items()
+        }
+        new_token_ids, text_result = apply_updates_via_text(
+            token_ids, mm_prompt_updates, self._tokenizer(), found_on_tokens
         )
+        applied = self._matched_updates_from_result(mm_prompt_updates, text_result)
+        found = self._find_mm_placeholders(new_token_ids, applied)
+        check_placeholders_survived(found, applied)
+        return new_token_ids, found
 
     def _validate_mm_kwargs(
         self, mm_kwargs: MultiModalKwargsItems, mm_item_counts: Mapping[str, int]

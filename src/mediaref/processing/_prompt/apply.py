@@ -23,6 +23,7 @@ from mediaref.processing._prompt.placement import (
     locate_placeholders,
     place_updates,
 )
+from mediaref.processing._prompt.updates import ResolvedPromptUpdate
 
 _TARGET_PREVIEW_CHARS = 60
 
@@ -99,31 +100,71 @@ def apply_prompt_updates_with_placeholders(
     if _is_complete(on_tokens, mm_prompt_updates):
         assert isinstance(on_tokens.prompt, list)
         return on_tokens.prompt, placeholder_infos(on_tokens.placed, codec)
-    if tokenizer is None:
-        raise _missing_targets_error(mm_prompt_updates, on_tokens.found_counts())
+    new_token_ids, result = apply_updates_via_text(
+        token_ids, mm_prompt_updates, tokenizer, on_tokens.found_counts()
+    )
+    applied = matched_updates(mm_prompt_updates, result)
+    found = placeholder_infos(locate_placeholders(new_token_ids, applied, codec).placed, codec)
+    check_placeholders_survived(found, applied)
+    return new_token_ids, found
 
+
+def apply_updates_via_text(
+    token_ids: Sequence[int],
+    mm_prompt_updates: MultiModalPromptUpdates,
+    tokenizer: TokenizerLike | None,
+    found_on_tokens: Mapping[str, int],
+) -> tuple[list[int], dict[str, list[int | None]]]:
+    """The fallback when targets were not all found on the token ids (``found_on_tokens`` of
+    each modality): the updates applied to the decoded text, which is encoded back; the new ids
+    and which alternative each item used (as :func:`apply_token_matches` reports it)."""
+    if tokenizer is None:
+        raise _missing_targets_error(mm_prompt_updates, found_on_tokens)
+    codec = PromptCodec(tokenizer)
     on_text = place_updates(codec.decode_prompt(token_ids), mm_prompt_updates, codec)
     if not _is_complete(on_text, mm_prompt_updates):
-        token_counts, text_counts = on_tokens.found_counts(), on_text.found_counts()
-        best_counts = {m: max(token_counts[m], text_counts[m]) for m in mm_prompt_updates}
+        text_counts = on_text.found_counts()
+        best_counts = {m: max(found_on_tokens[m], text_counts[m]) for m in mm_prompt_updates}
         raise _missing_targets_error(mm_prompt_updates, best_counts)
-
     assert isinstance(on_text.prompt, str)
-    new_token_ids = codec.encode_prompt(on_text.prompt)
-    applied = {m: [(p.update,) for p in placed] for m, placed in on_text.placed.items()}
-    located = locate_placeholders(new_token_ids, applied, codec)
-    if not _is_complete(located, applied):
-        lost = [
-            f"{m} item {len(located.placed[m])}"
-            for m, items in applied.items()
-            if len(located.placed[m]) < len(items)
-        ]
+    result: dict[str, list[int | None]] = {
+        m: [p.update_idx for p in placed] for m, placed in on_text.placed.items()
+    }
+    return codec.encode_prompt(on_text.prompt), result
+
+
+def matched_updates(
+    mm_prompt_updates: MultiModalPromptUpdates, result: Mapping[str, Sequence[int | None]]
+) -> dict[str, list[Sequence[ResolvedPromptUpdate]]]:
+    """Each item's update as ``result`` chose it (every item must have matched)."""
+    matched: dict[str, list[Sequence[ResolvedPromptUpdate]]] = {}
+    for modality, update_idxs in result.items():
+        for item_idx, update_idx in enumerate(update_idxs):
+            if update_idx is None:
+                raise RuntimeError(
+                    f"Failed to apply prompt replacement for mm_items[{modality!r}][{item_idx}]"
+                )
+            chosen = mm_prompt_updates[modality][item_idx][update_idx]
+            matched.setdefault(modality, []).append([chosen])
+    return matched
+
+
+def check_placeholders_survived(
+    found: Mapping[str, Sequence[PlaceholderFeaturesInfo]],
+    applied: Mapping[str, Sequence[object]],
+) -> None:
+    """After the text fallback, every applied content must be found in the re-encoded ids."""
+    lost = [
+        f"{m} item {len(found.get(m, []))}"
+        for m, items in applied.items()
+        if len(found.get(m, [])) < len(items)
+    ]
+    if lost:
         raise RuntimeError(
             "After applying the prompt updates to the decoded text and re-encoding it, the "
             f"placeholder tokens of {', '.join(lost)} could not be found: the content merged "
             "with neighbouring text. Use special tokens (or token ids) for placeholder content."
         )
-    return new_token_ids, placeholder_infos(located.placed, codec)
 
 
 def check_item_counts(
@@ -144,5 +185,8 @@ def check_item_counts(
 __all__ = [
     "apply_prompt_updates",
     "apply_prompt_updates_with_placeholders",
+    "apply_updates_via_text",
     "check_item_counts",
+    "check_placeholders_survived",
+    "matched_updates",
 ]
