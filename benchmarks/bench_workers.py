@@ -10,7 +10,9 @@ same requests: chat requests with one 1080p JPEG each (variants of scikit-image'
 - **cold**: every image distinct: every request decodes and runs the HF processor (the server
   runs with ``--no-layout-from-headers``: with ``mm_payload: "none"`` it would otherwise answer
   Qwen2-VL images from their headers; ``--layout-from-headers`` measures that path). Reported:
-  requests/s and p50/p99, and N workers' requests/s over one's.
+  requests/s and p50/p99, the cores the server kept busy (its processes' CPU time over the run's
+  wall time: one worker near the cores it has leaves nothing for more workers to add), and N
+  workers' requests/s over one's.
 - **hot**: ``--hot-requests`` requests drawn (seeded) from a pool of ``--pool`` images: the hit
   rate is the share of items the server did not decode (``mediaref_decodes_total``, summed over
   the workers), which with N workers must equal one worker's: a repeat is a hit whichever
@@ -121,7 +123,9 @@ async def measure_one(
     server = start_server(workers, cores, args)
     try:
         await drive(server.url, warm, args.concurrency)  # every worker's first requests
+        cpu_before = server.cpu_seconds()
         wall, latencies = await drive(server.url, cold, args.concurrency)
+        cold_cpu = server.cpu_seconds() - cpu_before
         before = await decodes(server.url)
         await drive(server.url, stream, args.concurrency)
         decoded = await decodes(server.url) - before
@@ -133,6 +137,8 @@ async def measure_one(
         "cold_rps": len(cold) / wall,
         "cold_p50_ms": percentile(latencies, 50) * 1e3,
         "cold_p99_ms": percentile(latencies, 99) * 1e3,
+        # Cores the server kept busy: near the cores it has, no process count can add throughput.
+        "cold_server_cores_busy": cold_cpu / wall,
         "hot_requests": len(stream),
         "hot_distinct": len(set(stream)),
         "hot_decoded": decoded,
@@ -168,12 +174,13 @@ def main() -> int:
     pinned, one, many = rows
     print(
         f"{'workers':>7} {'cores':>5} {'cold req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'hot hit rate':>12}"
+        f"{'busy cores':>10} {'hot hit rate':>12}"
     )
     for row in rows:
         print(
             f"{row['workers']:>7} {row['cores']:>5} {row['cold_rps']:>10.1f} {row['cold_p50_ms']:>8.1f} "
-            f"{row['cold_p99_ms']:>8.1f} {row['hot_hit_rate']:>12.3f} "
+            f"{row['cold_p99_ms']:>8.1f} {row['cold_server_cores_busy']:>10.2f} "
+            f"{row['hot_hit_rate']:>12.3f} "
             f"({row['hot_decoded']:.0f} decoded of {row['hot_requests']}, "
             f"{row['hot_distinct']} distinct)"
         )

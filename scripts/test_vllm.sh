@@ -38,12 +38,11 @@
 #   VLLM_TESTS_TEST_TIMEOUT  seconds for one test, with pytest-timeout (default 300)
 #
 # Time: on a 2-core machine (shared with other work) the whole script takes about 12 min for
-# tests/multimodal: stock run ~400 s, hooked run ~300 s (fewer tests: 3 modules do not collect
-# with the hook), each including ~30 s of imports and collection, plus a few seconds to
-# extract. Results (2026-12-04): stock 491 passed / 100 failed / 12 skipped / 67 errors, hooked
-# 271 / 134 / 12 / 70 (the 3 uncollectable modules count as errors), 220 differences, all in
-# the allowlist. The stock failures/errors are tests needing the network (vLLM's S3 assets),
-# an HF model's files (ModelConfig of a hub model, offline) or torchaudio (not installed).
+# tests/multimodal: stock run ~350 s, hooked run ~320 s, each including ~30 s of imports and
+# collection, plus a few seconds to extract. Results (2026-12-04, second run): stock 491 passed /
+# 100 failed / 12 skipped / 67 errors, hooked 428 / 163 / 12 / 67, 70 differences, all in the
+# allowlist. The stock failures/errors are tests needing the network (vLLM's S3 assets), an HF
+# model's files (ModelConfig of a hub model, offline) or torchaudio (not installed).
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"

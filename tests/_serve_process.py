@@ -60,6 +60,18 @@ class ServerProcess:
                 continue
         return found
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user and system) the server's processes have used, summed over :meth:`pids`."""
+        ticks = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # a worker that just exited
+            ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def status(self, field: str) -> int:
         """A ``/proc/<pid>/status`` field in bytes (kB fields) or as a count, summed over
         :meth:`pids`."""

@@ -96,6 +96,18 @@ def test_generic_values_are_measured_by_content_not_by_python_shell() -> None:
     assert lru.put("t", [tensor, tensor]) and lru.size_bytes == 200
 
 
+def test_the_lru_takes_item_assignment_as_vllms_cache_does() -> None:
+    lru: ByteBudgetLRU[str, object] = ByteBudgetLRU(1000)
+    lru["a"] = torch.zeros(25, dtype=torch.float32)  # 100 bytes
+    lru["a"] = torch.zeros(50, dtype=torch.float32)  # replaced, not added
+    assert lru.currsize == lru.size_bytes == 200 and lru["a"].numel() == 50
+    with pytest.raises(ValueError, match="too large"):
+        lru["b"] = torch.zeros(500, dtype=torch.float32)  # 2,000 bytes: over the budget
+    with pytest.raises(KeyError):
+        lru["b"]
+    assert len(lru) == 1
+
+
 # -- LRU by bytes ------------------------------------------------------------------------
 
 

@@ -86,6 +86,21 @@ class ByteBudgetLRU(Generic[_K, _V]):
         """The bytes currently stored."""
         return int(self._entries.currsize)
 
+    @property
+    def currsize(self) -> int:
+        """:attr:`size_bytes` under cachetools' name, which vLLM's cache has."""
+        return self.size_bytes
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        """``cache[key] = value``, as on vLLM's cache (a cachetools ``LRUCache``): a value over
+        the budget is a ``ValueError`` there, where :meth:`put` returns ``False``."""
+        if not self.put(key, value):
+            raise ValueError("value too large")
+
+    def __getitem__(self, key: _K) -> _V:
+        entry = self._entries[key]  # KeyError when absent, as a mapping's
+        return entry.value
+
     def __len__(self) -> int:
         return len(self._entries)
 
