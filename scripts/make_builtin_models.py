@@ -252,7 +252,11 @@ def learn_bpe(
     return vocab, merges
 
 
-def _tokenizer_config(specials: tuple[str, ...], processor_class: str) -> dict[str, Any]:
+def qwen2_tokenizer_config(
+    specials: tuple[str, ...], processor_class: str, model_max_length: int = 32768
+) -> dict[str, Any]:
+    """The ``tokenizer_config.json`` of a Qwen2 tokenizer as the Qwen2-based checkpoints ship it
+    (the built-in models here, and Qwen2-based families in ``scripts/vllm_families/``)."""
     return {
         "add_prefix_space": False,
         "bos_token": None,
@@ -261,7 +265,7 @@ def _tokenizer_config(specials: tuple[str, ...], processor_class: str) -> dict[s
         "errors": "replace",
         # Every special token but <|endoftext|>, which is already the pad token.
         "extra_special_tokens": list(specials[1:]),
-        "model_max_length": 32768,
+        "model_max_length": model_max_length,
         "pad_token": "<|endoftext|>",
         "processor_class": processor_class,
         "split_special_tokens": False,
@@ -359,7 +363,7 @@ def qwen2_vl_files(vocab: dict[str, int], merges: list[tuple[str, str]]) -> dict
         ),
         "processor_config.json": _dump({"processor_class": "Qwen2VLProcessor"}),
         "tokenizer.json": _dump(_tokenizer_json(vocab, merges, specials), sort_keys=False),
-        "tokenizer_config.json": _dump(_tokenizer_config(specials, "Qwen2VLProcessor")),
+        "tokenizer_config.json": _dump(qwen2_tokenizer_config(specials, "Qwen2VLProcessor")),
         "video_preprocessor_config.json": _dump(video_values),
     }
 
@@ -408,7 +412,7 @@ def qwen2_audio_files(vocab: dict[str, int], merges: list[tuple[str, str]]) -> d
         "preprocessor_config.json": _dump(feature_extractor),
         "processor_config.json": _dump(processor),
         "tokenizer.json": _dump(_tokenizer_json(vocab, merges, specials), sort_keys=False),
-        "tokenizer_config.json": _dump(_tokenizer_config(specials, "Qwen2AudioProcessor")),
+        "tokenizer_config.json": _dump(qwen2_tokenizer_config(specials, "Qwen2AudioProcessor")),
     }
 
 

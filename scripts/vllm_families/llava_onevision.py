@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from make_builtin_models import qwen2_tokenizer_config
 from vllm_families import clip_part, dump, image_requests, jpeg_part, tokenizer_files
 
 NAME = "llava_onevision"
@@ -89,20 +90,7 @@ IMAGE_VALUES: dict[str, Any] = {
 def files() -> dict[str, str]:
     tokenizer, ids = tokenizer_files(
         SPECIAL_TOKENS,
-        {
-            "add_prefix_space": False,
-            "bos_token": None,
-            "clean_up_tokenization_spaces": False,
-            "eos_token": "<|im_end|>",
-            "errors": "replace",
-            "extra_special_tokens": list(SPECIAL_TOKENS[1:]),
-            "model_max_length": 32768,
-            "pad_token": "<|endoftext|>",
-            "processor_class": "LlavaOnevisionProcessor",
-            "split_special_tokens": False,
-            "tokenizer_class": "Qwen2Tokenizer",
-            "unk_token": None,
-        },
+        qwen2_tokenizer_config(SPECIAL_TOKENS, "LlavaOnevisionProcessor", 32768),
     )
     vocab_size = max(ids.values()) + 1
     config: dict[str, Any] = {

@@ -28,7 +28,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from make_builtin_models import QWEN2_VL_CHAT_TEMPLATE, QWEN2_VL_SPECIAL_TOKENS
+from make_builtin_models import (
+    QWEN2_VL_CHAT_TEMPLATE,
+    QWEN2_VL_SPECIAL_TOKENS,
+    qwen2_tokenizer_config,
+)
 from vllm_families import clip_part, dump, image_requests, tokenizer_files
 
 NAME = "qwen2_5_vl"
@@ -54,21 +58,7 @@ TEXT_HIDDEN_SIZE = 64
 
 
 def files() -> dict[str, str]:
-    tokenizer_config = {
-        "add_prefix_space": False,
-        "bos_token": None,
-        "clean_up_tokenization_spaces": False,
-        "eos_token": "<|im_end|>",
-        "errors": "replace",
-        # Every special token but <|endoftext|>, which is already the pad token.
-        "extra_special_tokens": list(SPECIAL_TOKENS[1:]),
-        "model_max_length": 131072,
-        "pad_token": "<|endoftext|>",
-        "processor_class": "Qwen2_5_VLProcessor",
-        "split_special_tokens": False,
-        "tokenizer_class": "Qwen2Tokenizer",
-        "unk_token": None,
-    }
+    tokenizer_config = qwen2_tokenizer_config(SPECIAL_TOKENS, "Qwen2_5_VLProcessor", 131072)
     tokenizer, ids = tokenizer_files(SPECIAL_TOKENS, tokenizer_config)
     vocab_size = max(ids.values()) + 1
     config = {

@@ -7,14 +7,13 @@ The body is vLLM's ``ErrorResponse``::
 The status comes from one place: the ``status_code`` every :mod:`mediaref.exceptions` class
 carries (400 malformed, 403 refused URL, 404 missing origin file, 413 over a cap, 422 undecodable
 media naming its modality and index, 502 origin failure, 504 origin timeout: the table in
-``docs/security.md``), aiohttp's own HTTP errors (404 unknown route, 405, 408 a body too slow,
-413 a body over ``--max-request-body-mb``, 503 a client past its share, 501 a ``data:`` URL
-not in base64, as vLLM answers it), and a chat template that
-fails on the request's input (400, as in vLLM). A client's message names served models, never
-their directories (``public``), and is logged as one rate-limited line without a traceback
-(:mod:`mediaref.serve.logs`). Anything else is the server's fault: 500, logged with its
-traceback, and its message is not sent (it may name server paths); ``docs/security.md`` lists
-these as "whatever the server raised".
+``docs/security.md``; 501 a ``data:`` URL not in base64, as vLLM answers it), aiohttp's own HTTP
+errors (404 unknown route, 405, 408 a body too slow, 413 a body over ``--max-request-body-mb``,
+503 a client past its share), and a chat template that fails on the request's input (400, as in
+vLLM). A client's message names served models, never their directories (``public``), and is
+logged as one rate-limited line without a traceback (:mod:`mediaref.serve.logs`). Anything else
+is the server's fault: 500, logged with its traceback, and its message is not sent (it may name
+server paths); ``docs/security.md`` lists these as "whatever the server raised".
 """
 
 from __future__ import annotations

@@ -16,7 +16,11 @@ from mediaref.exceptions import VLLMValidationError
 from mediaref.inputs import PlaceholderRange
 from mediaref.processing._prompt.codec import PromptCodec, TokenizerLike
 from mediaref.processing._prompt.details import PromptIndex
-from mediaref.processing._prompt.placeholders import PlaceholderFeaturesInfo, placeholder_infos
+from mediaref.processing._prompt.placeholders import (
+    PlaceholderFeaturesInfo,
+    apply_result,
+    placeholder_infos,
+)
 from mediaref.processing._prompt.placement import (
     MultiModalPromptUpdates,
     Placement,
@@ -127,10 +131,7 @@ def apply_updates_via_text(
         best_counts = {m: max(found_on_tokens[m], text_counts[m]) for m in mm_prompt_updates}
         raise _missing_targets_error(mm_prompt_updates, best_counts)
     assert isinstance(on_text.prompt, str)
-    result: dict[str, list[int | None]] = {
-        m: [p.update_idx for p in placed] for m, placed in on_text.placed.items()
-    }
-    return codec.encode_prompt(on_text.prompt), result
+    return codec.encode_prompt(on_text.prompt), apply_result(on_text, mm_prompt_updates)
 
 
 def matched_updates(

@@ -98,9 +98,10 @@ def replace_token_matches(
     return out
 
 
-def _apply_result(
+def apply_result(
     placement: Placement, mm_prompt_updates: MultiModalPromptUpdates
 ) -> dict[str, list[int | None]]:
+    """Per modality and item, which alternative ``placement`` placed (None: not placed)."""
     result: dict[str, list[int | None]] = {
         modality: [None] * len(items) for modality, items in mm_prompt_updates.items()
     }
@@ -108,6 +109,18 @@ def _apply_result(
         for item_idx, item in enumerate(placed):
             result[modality][item_idx] = item.update_idx
     return result
+
+
+def _placed_on_tokens(
+    prompt: Sequence[int],
+    mm_prompt_updates: MultiModalPromptUpdates,
+    tokenizer: TokenizerLike | None,
+) -> tuple[PromptCodec, Placement, list[int]]:
+    """The updates placed on the token ids ``prompt``: the codec, the placement, the new ids."""
+    codec = PromptCodec(tokenizer)
+    placement = place_updates(list(prompt), mm_prompt_updates, codec)
+    assert isinstance(placement.prompt, list)
+    return codec, placement, placement.prompt
 
 
 def apply_token_matches(
@@ -122,10 +135,8 @@ def apply_token_matches(
     Matches never overlap, also when modalities share a placeholder token: at one position the
     modality listed first in ``mm_prompt_updates`` wins.
     """
-    codec = PromptCodec(tokenizer)
-    placement = place_updates(list(prompt), mm_prompt_updates, codec)
-    assert isinstance(placement.prompt, list)
-    return placement.prompt, _apply_result(placement, mm_prompt_updates)
+    _, placement, new_ids = _placed_on_tokens(prompt, mm_prompt_updates, tokenizer)
+    return new_ids, apply_result(placement, mm_prompt_updates)
 
 
 def apply_matches_as_segments(
@@ -137,10 +148,7 @@ def apply_matches_as_segments(
     """:func:`apply_token_matches` with the new ids cut into segments, as vLLM's private
     ``_apply_matches`` returns them: the prompt's ids before each placed content, the content,
     and so on, ending with the ids after the last content (flattened: the new ids)."""
-    codec = PromptCodec(tokenizer)
-    placement = place_updates(list(prompt), mm_prompt_updates, codec)
-    assert isinstance(placement.prompt, list)
-    new_ids = placement.prompt
+    _, placement, new_ids = _placed_on_tokens(prompt, mm_prompt_updates, tokenizer)
     placed = sorted(
         (item for items in placement.placed.values() for item in items), key=lambda i: i.offset
     )
@@ -151,7 +159,7 @@ def apply_matches_as_segments(
         segments.append(new_ids[item.offset : item.offset + item.length])
         kept_from = item.offset + item.length
     segments.append(new_ids[kept_from:])
-    return segments, _apply_result(placement, mm_prompt_updates)
+    return segments, apply_result(placement, mm_prompt_updates)
 
 
 def apply_token_matches_with_placeholders(
@@ -161,14 +169,12 @@ def apply_token_matches_with_placeholders(
     tokenizer: TokenizerLike | None = None,
 ) -> tuple[list[int], MultiModalPromptUpdatesApplyResult, dict[str, list[PlaceholderFeaturesInfo]]]:
     """:func:`apply_token_matches`, and each placed item's placeholder (every modality listed)."""
-    codec = PromptCodec(tokenizer)
-    placement = place_updates(list(prompt), mm_prompt_updates, codec)
-    assert isinstance(placement.prompt, list)
+    codec, placement, new_ids = _placed_on_tokens(prompt, mm_prompt_updates, tokenizer)
     placeholders: dict[str, list[PlaceholderFeaturesInfo]] = {m: [] for m in mm_prompt_updates}
     for modality, infos in placeholder_infos(placement.placed, codec).items():
         # An update whose content is empty placed nothing to point at: no placeholder, as vLLM.
         placeholders[modality] = [info for info in infos if info.tokens]
-    return placement.prompt, _apply_result(placement, mm_prompt_updates), placeholders
+    return new_ids, apply_result(placement, mm_prompt_updates), placeholders
 
 
 def placeholder_infos(
@@ -218,6 +224,7 @@ __all__ = [
     "MultiModalPromptUpdatesApplyResult",
     "PlaceholderFeaturesInfo",
     "apply_matches_as_segments",
+    "apply_result",
     "apply_token_matches",
     "apply_token_matches_with_placeholders",
     "find_mm_placeholders",
