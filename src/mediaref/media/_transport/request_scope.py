@@ -10,9 +10,9 @@ request's fetching may cost a property of the request, not of how many URLs it n
   connection slots (the request's own, then its client's shared ones): a request waiting for its
   client's other requests to free a connection spends none of its deadline, so a client's many
   requests fetch in turn instead of all timing out at once. Each download must end by that start
-  plus its own fetch timeout (its modality's
-  ``VLLM_IMAGE/VIDEO/AUDIO_FETCH_TIMEOUT``, or the ``fetch_timeout`` it was given), or plus
-  ``deadline_seconds`` when the scope was given one. So a request spends at most the longest
+  plus its own fetch timeout (its modality's ``VLLM_IMAGE_FETCH_TIMEOUT``,
+  ``VLLM_VIDEO_FETCH_TIMEOUT`` or ``VLLM_AUDIO_FETCH_TIMEOUT``, or the ``fetch_timeout`` it was
+  given), or plus ``deadline_seconds`` when the scope was given one. So a request spends at most the longest
   timeout among what it fetches: 5 s in all for an image-only request, 30 s with a video. Every
   attempt, redirect hop, wait for a connection and retry backoff of its downloads lies inside;
   an attempt keeps vLLM's per-attempt timeout too, and a retry starts only while time remains.
