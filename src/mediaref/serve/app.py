@@ -51,6 +51,7 @@ from mediaref.serve.client_limits import (
     ClientRate,
     ConnectionCounts,
     FairGate,
+    TransferPace,
     client_key,
 )
 from mediaref.serve.errors import error_body, error_response_for
@@ -110,6 +111,11 @@ class ServerState:
             max_bytes=options.max_request_body_bytes,
             timeout_seconds=options.body_timeout,
             min_bytes_per_second=options.min_body_rate_kb * 1024,
+            grace_seconds=options.header_timeout_seconds(),
+        )
+        self.send_pace = TransferPace(
+            timeout_seconds=options.send_timeout,
+            min_bytes_per_second=options.min_send_rate_kb * 1024,
             grace_seconds=options.header_timeout_seconds(),
         )
         # /metrics reads the caches: on a thread of its own, never queued behind render work.
@@ -223,7 +229,8 @@ async def _render(request: web.Request, render: _Render) -> web.Response:
             pieces = dump_json_pieces(payload)  # tens of microseconds: not worth a thread hop
     finally:
         state.leave()
-    return web.Response(body=JsonPiecesPayload(pieces))
+    cut = service.metrics.responses_cut.inc
+    return web.Response(body=JsonPiecesPayload(pieces, state.send_pace, cut))
 
 
 def _render_route(

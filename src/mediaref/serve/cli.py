@@ -198,6 +198,20 @@ def _add_client_limit_options(parser: argparse.ArgumentParser) -> None:
         default=64.0,
         help="KiB/s a body must average after the header timeout; slower: 408 (default: 64)",
     )
+    parser.add_argument(
+        "--send-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a client has to take one whole response; past it the connection is "
+        "closed (default: 60)",
+    )
+    parser.add_argument(
+        "--min-send-rate-kb",
+        type=float,
+        default=64.0,
+        help="KiB/s a client must take a response at after the header timeout; slower: the "
+        "connection is closed (default: 64)",
+    )
 
 
 def _add_tool_options(parser: argparse.ArgumentParser) -> None:
@@ -332,6 +346,8 @@ _SERVE_ONLY = (
     "header_timeout",
     "body_timeout",
     "min_body_rate_kb",
+    "send_timeout",
+    "min_send_rate_kb",
     "client_body_rate_mb",
     "max_fetch_connections_per_client",
     "refusals_per_client_second",

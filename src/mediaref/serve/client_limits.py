@@ -16,6 +16,9 @@ each has a total and a per-client share:
 - **media connections** (:class:`ClientSemaphores`): the fetches of all of one client's
   requests hold a bounded number of connections to origins at once (each request also has its
   own bound of 16), so one client's stalled requests cannot keep hundreds of connections opening;
+- **time on a connection** (:class:`TransferPace`): a request body must arrive, and a response
+  must be taken, at a minimum average rate after a grace and within a timeout, so a client that
+  stops reading its response (holding ~17 MB of a 1080p image's tensors) loses the connection;
 - **the event loop's time** (:class:`ClientRate`): while other clients' bodies are held, each
   client's bodies are read at a pace, so one streaming bodies at loopback speed cannot keep the
   loop copying for everyone else (alone, a client is read at full speed: a router in front of the
@@ -44,6 +47,24 @@ UNKNOWN_CLIENT = "unknown"
 def client_key(request: web.BaseRequest) -> str:
     """The client a request counts against: its peer address."""
     return request.remote or UNKNOWN_CLIENT
+
+
+@dataclass(frozen=True)
+class TransferPace:
+    """How fast one transfer with a client must go: whole within ``timeout_seconds``, and after
+    the first ``grace_seconds`` at an average of at least ``min_bytes_per_second`` (a transfer of
+    1 byte a second is cut at the grace; a large one on a slow but honest link keeps going until
+    the timeout). Request bodies (:mod:`mediaref.serve.request_body`) and responses
+    (:mod:`mediaref.serve.json_body`) are held to one each."""
+
+    timeout_seconds: float
+    min_bytes_per_second: float
+    grace_seconds: float
+
+    def deadline(self, done: int) -> float:
+        """Seconds after the transfer began by which it must move on, having moved ``done``."""
+        by_rate = self.grace_seconds + done / self.min_bytes_per_second
+        return min(self.timeout_seconds, by_rate)
 
 
 def share(total: int, per_client: int) -> int:
@@ -329,6 +350,7 @@ __all__ = [
     "ClientSemaphores",
     "ConnectionCounts",
     "FairGate",
+    "TransferPace",
     "client_key",
     "share",
 ]

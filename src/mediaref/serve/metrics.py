@@ -262,6 +262,12 @@ class ServeMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.responses_cut = Counter(
+            "mediaref_responses_cut",
+            "Connections closed because the client took its response slower than "
+            "--min-send-rate-kb or --send-timeout",
+            registry=self.registry,
+        )
         self.decodes = Counter(
             "mediaref_decodes",
             "Media items decoded",

@@ -92,6 +92,11 @@ class ServeOptions:
     min_body_rate_kb: float = 64.0
     """KiB/s a body must average once ``header_timeout`` has passed since its headers (a body
     trickling slower is cut off: 408)."""
+    send_timeout: float = 60.0
+    """Seconds a client has to take one whole response; past it the connection is closed."""
+    min_send_rate_kb: float = 64.0
+    """KiB/s a client must take a response at, on average, once ``header_timeout`` has passed
+    since its first byte was written (a client that stops reading loses the connection)."""
     max_buffered_body_mb: float = 2048.0
     """Request bodies the server holds at once (arriving, waiting for a slot, rendering); a
     client may hold a quarter of it. A body past either: 503."""
@@ -195,6 +200,8 @@ class ServeOptions:
             ("max_request_body_mb", self.max_request_body_mb),
             ("body_timeout", self.body_timeout),
             ("min_body_rate_kb", self.min_body_rate_kb),
+            ("send_timeout", self.send_timeout),
+            ("min_send_rate_kb", self.min_send_rate_kb),
             ("max_buffered_body_mb", self.max_buffered_body_mb),
             ("header_timeout", self.header_timeout),
         ):

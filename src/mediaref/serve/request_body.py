@@ -39,6 +39,7 @@ import numpy as np
 from aiohttp import web
 
 from mediaref.exceptions import VLLMValidationError
+from mediaref.serve.client_limits import TransferPace
 
 MAX_JSON_DEPTH = 64
 """Nesting a request body may have. A chat request needs about 6 levels (messages, a message,
@@ -54,18 +55,10 @@ ids does not fit (vLLM's own bound is ``max_model_len`` per prompt)."""
 
 
 @dataclass(frozen=True)
-class BodyLimits:
+class BodyLimits(TransferPace):
     """How a request body must arrive (see the module docstring)."""
 
     max_bytes: int
-    timeout_seconds: float
-    min_bytes_per_second: float
-    grace_seconds: float
-
-    def deadline(self, received: int) -> float:
-        """Seconds after the headers by which more bytes must arrive, having ``received``."""
-        by_rate = self.grace_seconds + received / self.min_bytes_per_second
-        return min(self.timeout_seconds, by_rate)
 
 
 def _too_large(limits: BodyLimits, size: int | str) -> web.HTTPRequestEntityTooLarge:
