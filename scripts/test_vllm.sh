@@ -11,9 +11,11 @@
 #      plugins before any conftest, so vLLM's tests/conftest.py (which imports
 #      vllm.multimodal) already gets mediaref's modules; install() raises if it is too late.
 # then scripts/compare_vllm_test_runs.py prints the counts of both runs and every test that
-# passes on stock vLLM and not with the hook. Exit status: non-zero when such a test is not in
-# tests/data/vllm_tests_known_differences.txt (one pytest node id a line, `# reason` after it),
-# or when a step fails (bad checksum, missing pytest, ...).
+# passes on stock vLLM and not with the hook; last, mediaref's own tests that need vLLM
+# (tests/test_vllm_hook.py, tests/test_serve_wire_vllm_live.py, ~1 min) run with VLLM_PYTHON.
+# Exit status: non-zero when such a test is not in tests/data/vllm_tests_known_differences.txt
+# (one pytest node id a line, `# reason` after it), when one of mediaref's own fails, or when
+# a step fails (bad checksum, missing pytest, ...).
 #
 # Offline and CPU only: both runs have HF_HUB_OFFLINE=1 and VLLM_TARGET_DEVICE=cpu. Tests that
 # need a GPU, the network (vLLM's test assets are fetched from S3 / the HF hub) or a model
@@ -131,5 +133,15 @@ echo "== comparison"
 rc=0
 python3 "$repo/scripts/compare_vllm_test_runs.py" "$scratch/stock.xml" "$scratch/hooked.xml" \
   --allow "$repo/tests/data/vllm_tests_known_differences.txt" || rc=$?
+
+# mediaref's own tests that need vLLM itself (skipped by the default run): the launcher's hook in
+# a spawned engine core, and live responses read by vLLM's decoder and request model.
+echo "== mediaref's tests against vLLM 0.33.0"
+(
+  cd "$repo"
+  MEDIAREF_VLLM_PYTHON="$VLLM_PYTHON" "$VLLM_PYTHON" -m pytest -p no:cacheprovider -q \
+    tests/test_vllm_hook.py tests/test_serve_wire_vllm_live.py
+) >"$scratch/mediaref.log" 2>&1 || rc=$?
+tail -n 1 "$scratch/mediaref.log"
 echo "total wall time: $(($(date +%s) - start_all)) s"
 exit "$rc"

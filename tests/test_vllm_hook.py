@@ -3,7 +3,9 @@
 With the hook, ``vllm.multimodal.X`` is mediaref's module at the mirrored path, the same object
 (not a copy), ``vllm.renderers.chat_utils`` is mediaref's, and a module mediaref leaves out is
 vLLM's own file. Installed after vLLM's own layer was imported, it refuses. The launcher runs
-vLLM's command line with the hook, or without it under ``MEDIAREF_IMPORT_HOOK=0``. (With vLLM
+vLLM's command line with the hook, or without it under ``MEDIAREF_IMPORT_HOOK=0``, and the
+processes it starts get the hook whether forked or spawned (with vLLM itself too, when
+``MEDIAREF_VLLM_PYTHON`` names a vLLM 0.33.0 interpreter: an engine core's imports). (With vLLM
 0.33.0 itself, ``mediaref-vllm launch render`` answered 84 of the parity corpus's 93 requests as
 stock vLLM does: ``scripts/vllm_on_mediaref_parity.py``, docs/vllm.md.)
 """
@@ -38,16 +40,48 @@ def fake_vllm(tmp_path: Path) -> Path:
             def main():
                 import mediaref.vllm_hook as hook
                 print("hooked" if hook.installed() else "plain", sys.argv[0], sys.argv[1:])
+                if sys.argv[1:2] == ["start-child"]:
+                    import multiprocessing
+                    from vllm import child_probe
+                    context = multiprocessing.get_context(sys.argv[2])
+                    answers = context.SimpleQueue()
+                    child = context.Process(target=child_probe.report, args=(answers,))
+                    child.start()
+                    print("child:", answers.get())
+                    child.join()
             """
         )
+    )
+    # What an engine core does first: import vLLM's layer (vllm/v1/engine/core.py's imports).
+    (root / "child_probe.py").write_text(
+        textwrap.dedent(
+            """
+            def report(answers):
+                import vllm.multimodal
+                answers.put("vllm's own" if hasattr(vllm.multimodal, "OWN") else "mediaref")
+            """
+        )
+    )
+    # The console script pip writes for ``mediaref-vllm``: a spawned child re-runs it first.
+    (tmp_path / "mediaref-vllm").write_text(
+        "import sys\nfrom mediaref.vllm_hook import main\n"
+        "if __name__ == '__main__':\n    sys.exit(main())\n"
     )
     return tmp_path
 
 
 def _run(tmp: Path, code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    settings = {**os.environ, "PYTHONPATH": str(tmp), **env}
+    return _python(tmp, ["-c", textwrap.dedent(code)], **env)
+
+
+def _python(
+    tmp: Path, args: list[str], python: str = sys.executable, **env: str
+) -> subprocess.CompletedProcess[str]:
+    settings = {**os.environ, "PYTHONPATH": str(tmp)}
+    settings.pop("MEDIAREF_VLLM_LAUNCHED", None)  # this test's own process was not launched
+    settings.update(env)
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [python, *args],
         capture_output=True,
         text=True,
         env=settings,
@@ -107,3 +141,64 @@ def test_the_launcher_runs_vllms_command_line(fake_vllm: Path, setting: str, exp
         MEDIAREF_IMPORT_HOOK=setting,
     )
     assert result.stdout.strip() == f"{expected} vllm ['launch', 'render', 'MODEL']", result.stderr
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver", "fork"])
+@pytest.mark.parametrize(("setting", "expected"), [("1", "mediaref"), ("0", "vllm's own")])
+def test_processes_the_launcher_starts_get_the_hook(
+    fake_vllm: Path, start_method: str, setting: str, expected: str
+) -> None:
+    # A spawned (or forkserver) child is a fresh interpreter: without the hook installed by
+    # the launcher script's import, its vllm.multimodal would be vLLM's own.
+    script = str(fake_vllm / "mediaref-vllm")
+    result = _python(fake_vllm, [script, "start-child", start_method], MEDIAREF_IMPORT_HOOK=setting)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == f"child: {expected}", result.stdout + result.stderr
+
+
+_VLLM_PYTHON = os.environ.get("MEDIAREF_VLLM_PYTHON")
+
+_ENGINE_CORE_CHILD = """
+import sys
+
+def report(answers):
+    import vllm.v1.engine.core  # what vLLM's engine-core process imports first
+    answers.put(sys.modules["vllm.multimodal.cache"].__name__)
+
+if __name__ == "__main__":
+    import mediaref.vllm_hook as hook
+    hook.launch()
+    from vllm.utils.system_utils import get_mp_context
+    context = get_mp_context()  # VLLM_WORKER_MULTIPROC_METHOD=spawn, as on a GPU host
+    answers = context.SimpleQueue()
+    child = context.Process(target=report, args=(answers,))
+    child.start()
+    print("child:", answers.get())
+    child.join()
+"""
+
+
+@pytest.mark.skipif(not _VLLM_PYTHON, reason="set MEDIAREF_VLLM_PYTHON to a vLLM 0.33.0 python")
+@pytest.mark.parametrize(
+    ("setting", "expected"), [("1", "mediaref.cache"), ("0", "vllm.multimodal.cache")]
+)
+def test_a_spawned_vllm_engine_core_imports_mediarefs_layer(
+    tmp_path: Path, setting: str, expected: str
+) -> None:
+    # vLLM 0.33.0 itself: its multiprocessing context, spawning, and the child importing
+    # vllm/v1/engine/core.py (whose top imports vllm.multimodal.cache) as an engine core does.
+    # The script imports mediaref.vllm_hook at its top, as the console script does.
+    script = tmp_path / "launcher.py"
+    script.write_text("import mediaref.vllm_hook\n" + _ENGINE_CORE_CHILD)
+    assert _VLLM_PYTHON is not None
+    result = _python(
+        tmp_path,
+        [str(script)],
+        python=_VLLM_PYTHON,
+        MEDIAREF_IMPORT_HOOK=setting,
+        VLLM_WORKER_MULTIPROC_METHOD="spawn",
+        VLLM_TARGET_DEVICE="cpu",
+        HF_HUB_OFFLINE="1",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == f"child: {expected}", result.stdout

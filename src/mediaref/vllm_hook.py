@@ -18,6 +18,16 @@ It must be installed before anything imports ``vllm.multimodal``: :func:`install
 ``RuntimeError``) once vLLM's own modules are loaded, rather than leave two copies of a class
 in one process. ``MEDIAREF_IMPORT_HOOK=0`` turns the launcher's hook off (plain vLLM). What it
 does not cover yet is in ``docs/vllm.md``.
+
+**Processes vLLM starts** (its engine cores, API-server processes) get the hook too. A forked
+one inherits it. A spawned one (vLLM spawns once CUDA is initialized, or when
+``VLLM_WORKER_MULTIPROC_METHOD=spawn``) starts a fresh interpreter, whose multiprocessing
+bootstrap first re-runs the parent's main script (the ``mediaref-vllm`` console script, which
+imports this module) and only then unpickles its target (which imports
+``vllm/v1/engine/core.py``, and with it ``vllm.multimodal.cache``). :func:`launch` marks the
+environment (``MEDIAREF_VLLM_LAUNCHED=1``), and this module, imported in a process so marked,
+installs the hook at once: before vLLM's layer, as vLLM's own ``general_plugins`` could not
+(an engine core loads them after importing ``vllm.multimodal.cache``).
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["ALIASES", "install", "installed", "main"]
+__all__ = ["ALIASES", "LAUNCHED_ENV", "install", "installed", "launch", "main"]
 
 ALIASES = {
     "vllm.multimodal": "mediaref",
@@ -39,6 +49,10 @@ ALIASES = {
     "vllm.entrypoints.scale_out.token_in_token_out.mm_serde": "mediaref.vllm_mm_serde",
 }
 """vLLM's package -> the mediaref package mirroring it (its modules at the same paths)."""
+
+LAUNCHED_ENV = "MEDIAREF_VLLM_LAUNCHED"
+"""Set to ``1`` by :func:`launch`: the processes it starts install the hook when they import
+this module (see the module docstring)."""
 
 
 def _aliased(name: str) -> tuple[str, str] | None:
@@ -95,28 +109,52 @@ def installed() -> bool:
     return any(isinstance(finder, _MediarefFinder) for finder in sys.meta_path)
 
 
+def _vllms_own_loaded() -> list[str]:
+    return sorted(
+        name
+        for name, module in sys.modules.items()
+        if _aliased(name) is not None and not getattr(module, "__name__", "").startswith("mediaref")
+    )
+
+
 def install() -> None:
     """Put mediaref in place of vLLM's multimodal layer for every later import (idempotent)."""
     if installed():
         return
-    loaded = [
-        name
-        for name, module in sys.modules.items()
-        if _aliased(name) is not None and not getattr(module, "__name__", "").startswith("mediaref")
-    ]
+    loaded = _vllms_own_loaded()
     if loaded:
         raise RuntimeError(
-            f"vLLM's own {sorted(loaded)[0]} is already imported: install the mediaref hook "
+            f"vLLM's own {loaded[0]} is already imported: install the mediaref hook "
             "before vLLM's multimodal layer is imported (use mediaref-vllm)"
         )
     sys.meta_path.insert(0, _MediarefFinder())
 
 
+def _hook_wanted() -> bool:
+    return os.environ.get("MEDIAREF_IMPORT_HOOK", "1") != "0"
+
+
+def launch() -> None:
+    """What ``mediaref-vllm`` does before vLLM's command line: install the hook in this process
+    and mark the environment so the processes vLLM starts install it too (unless
+    ``MEDIAREF_IMPORT_HOOK=0``)."""
+    if not _hook_wanted():
+        return
+    install()
+    os.environ[LAUNCHED_ENV] = "1"
+
+
 def main() -> None:
     """``mediaref-vllm``: vLLM's command line, on mediaref unless ``MEDIAREF_IMPORT_HOOK=0``."""
-    if os.environ.get("MEDIAREF_IMPORT_HOOK", "1") != "0":
-        install()
+    launch()
     from vllm.entrypoints.cli.main import main as vllm_main  # type: ignore[import-not-found]
 
     sys.argv[0] = "vllm"
     vllm_main()
+
+
+# A process started by a launched one (see the module docstring): this import is its main
+# script's, before anything of vLLM's; where vLLM's layer is somehow loaded already, the
+# process keeps it rather than fail at import.
+if os.environ.get(LAUNCHED_ENV) == "1" and _hook_wanted() and not _vllms_own_loaded():
+    install()
