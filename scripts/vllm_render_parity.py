@@ -9,8 +9,8 @@ interpreter (a scratch venv; ``docs/performance.md`` says how to make one)::
 
     python scripts/vllm_render_parity.py --vllm-python VLLM_VENV/bin/python [--only NAME,...]
 
-``--only`` re-records the cases named and keeps every other recorded answer (for an answer that
-depends on the machine, like ``audio_two_clips``'s FFT bits: ``docs/compat.md``).
+``--only`` re-records the cases named and keeps every other recorded answer (after a change to
+the corpus or to what a summary holds).
 """
 
 from __future__ import annotations

@@ -568,6 +568,18 @@ def _digest(value: Any) -> Any:
     return value
 
 
+CPU_DEPENDENT_FIELDS = frozenset({"input_features"})
+"""Fields whose last bits depend on the CPU that computes them, on vLLM's side as on mediaref's:
+Whisper-style log-mel features come from numpy inside the HF feature extractor, whose ``log10``
+and FFT take SIMD paths chosen by the CPU (one machine's AVX-512, another's AVX2). Each such
+field's summary also carries a profile (its means along the last axis), which tells a real
+difference from a CPU's rounding when the digests differ (``tests/test_render_parity.py``)."""
+
+
+def _profile(value: Any) -> list[float]:
+    return [round(float(v), 6) for v in value.double().mean(dim=-1).reshape(-1)]
+
+
 def _item_summary(encoded: str | None) -> Any:
     if encoded is None:
         return None
@@ -577,13 +589,15 @@ def _item_summary(encoded: str | None) -> Any:
 
     decoded = decode_mm_kwargs_item(encoded)
     wire = msgspec.msgpack.decode(base64.b64decode(encoded), type=dict[str, msgspec.Raw])
-    return {
-        key: {
+    out = {}
+    for key in sorted(decoded):
+        out[key] = {
             "wire_sha256": hashlib.sha256(bytes(wire[key])).hexdigest(),
             "data": _digest(decoded[key].data),
         }
-        for key in sorted(decoded)
-    }
+        if key in CPU_DEPENDENT_FIELDS:
+            out[key]["profile"] = _profile(decoded[key].data)
+    return out
 
 
 def _features_summary(features: dict[str, Any] | None) -> Any:
