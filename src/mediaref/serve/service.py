@@ -9,17 +9,15 @@ server's pool (:mod:`mediaref.serve.prompt_checks`: an over-long prompt never re
 worker), then the renderer processes the prompt (a processor-cache hit neither decodes nor runs
 HF), and token ids carrying a placeholder token that stands for no item are refused. A
 completions request tokenizes each text prompt (bounded the same way), or checks each token-id
-prompt against the vocabulary. Blocking work runs on the server's :class:`FairPool` in the
-request's client's turn (``client``; ``mediaref render`` is one local client).
+prompt against the vocabulary. Blocking work runs on the server's
+:class:`~mediaref.serve.fair_pool.FairPool` in the request's client's turn (``client``;
+``mediaref render`` is one local client).
 
-**The processor cache.** vLLM's render server skips its processor cache (``skip_mm_cache``):
-its cache only mirrors an engine core's. mediaref's server has no engine core, so each model's
-renderer keeps a processor-only cache (whole processed items), and a repeated item is served from
-it: that is what makes a hot workload cheap (``docs/performance.md``).
-
-**The eager baseline** (``ServeOptions.eager_media``): every item is decoded as soon as it is
-fetched and handed to the processor decoded, which then hashes its pixels: vLLM 0.33's own way,
-kept for ``benchmarks/bench_render.py``'s comparison.
+The models a server serves, their renderers and processor caches, and what requests share (the
+pool, the fetch slots, the encoded-item cache, the metrics) are
+:class:`~mediaref.serve._served_models.ServedModels`, the base of :class:`RenderService`; the
+eager baseline (``ServeOptions.eager_media``: every item decoded at fetch, vLLM 0.33's own way)
+is :mod:`mediaref.serve._eager_media`.
 """
 
 from __future__ import annotations
@@ -29,36 +27,18 @@ import functools
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from mediaref.cache.layered import LayeredProcessorCache
-from mediaref.cache.redis_l2 import RedisL2Store
-from mediaref.exceptions import (
-    MediaTooLargeError,
-    VLLMUnprocessableEntityError,
-    VLLMValidationError,
-)
+from mediaref.exceptions import VLLMValidationError
 from mediaref.media.base import MediaRef
-from mediaref.media.connector import (
-    MediaConnector,
-    MediaRequestDownloadBudget,
-    MediaRequestFetchScope,
-)
-from mediaref.media.decode_budget import MediaDecodedBudget
-from mediaref.processing.context import ModelConfig, resolve_dtype
-from mediaref.registry import MULTIMODAL_REGISTRY, TimingContext
+from mediaref.registry import TimingContext
 from mediaref.renderers.base import BaseRenderer, MultiModalRequest
 from mediaref.renderers.chat_utils import parse_chat_messages_async
-from mediaref.serve.client_limits import ClientSemaphores, FairGate
-from mediaref.serve.encoded_cache import EncodedItemCache
-from mediaref.serve.errors import ModelNotFoundError
-from mediaref.serve.fair_pool import FairPool
+from mediaref.serve._eager_media import decode_all
+from mediaref.serve._served_models import NamesAModel, ServedModels
 from mediaref.serve.features import build_features, item_info
-from mediaref.serve.fleet_cache import layered_cache
-from mediaref.serve.metrics import ServeMetrics
-from mediaref.serve.options import ServeOptions, available_cores, resolve_model_dir
+from mediaref.serve.options import ServeOptions
 from mediaref.serve.prompt_checks import (
-    PlaceholderTokens,
     bounded_chat_prompt,
     bounded_text,
     conversation_texts,
@@ -66,9 +46,6 @@ from mediaref.serve.prompt_checks import (
 )
 from mediaref.serve.protocol import ChatRenderRequest, CompletionRenderRequest
 from mediaref.serve.responses import generate_request, parse_context
-
-if TYPE_CHECKING:
-    from mediaref.serve.worker_plan import WorkerPlan
 
 
 @dataclass
@@ -90,13 +67,6 @@ class RenderTimings:
         return self.fetch + self.template + self.process
 
 
-class NamesAModel(Protocol):
-    """A request of any route: it may name a served model."""
-
-    @property
-    def model(self) -> str | None: ...
-
-
 INLINE_TEXT_CHARS = 16 * 1024
 """A prompt of at most this much text (and no tools) is templated or tokenized on the event loop:
 that takes tens of microseconds, less than handing it to a thread. Longer ones, whose bounds
@@ -114,112 +84,12 @@ def _media_items(mm_data: Any) -> list[tuple[str, Any]]:
     return items
 
 
-class RenderService:
-    """The models one server renders for, each with its renderer (and processor cache)."""
+class RenderService(ServedModels):
+    """Renders a server's requests (chat, completions, text to tokenize) on its models.
 
-    def __init__(
-        self,
-        options: ServeOptions,
-        *,
-        metrics: ServeMetrics | None = None,
-        shared: WorkerPlan | None = None,
-    ) -> None:
-        """``shared``: this server is one worker of several, sharing items with the others."""
-        self.options = options
-        self._shared = shared
-        self.renderers: dict[str, BaseRenderer[Any]] = {}
-        self.placeholders: dict[str, PlaceholderTokens] = {}
-        self._model_dirs: dict[str, str] = {}
-        cores = available_cores()
-        # Twice the cores, a quarter of them one client's at most: another client's work always
-        # finds a free thread. The pool's jobs are the long ones (long prompts' bounds, large
-        # bodies and responses); a request's short work runs where it is (INLINE_TEXT_CHARS).
-        self.pool = FairPool("render", 2 * cores, per_client=max(1, cores // 2))
-        self.processing: dict[str, FairGate] = {}
-        self.fleet_caches: dict[str, LayeredProcessorCache] = {}
-        self.fetch_slots = ClientSemaphores(options.fetch_connections_per_client)
-        try:
-            for name in options.models:
-                directory = resolve_model_dir(name)
-                if directory != name:
-                    self._model_dirs[directory] = name
-                config = ModelConfig(
-                    model=directory,
-                    model_id=name,  # hashes name the model as given, as vLLM's do
-                    mm_processor_cache_gb=options.mm_processor_cache_gb,
-                    dtype=resolve_dtype(directory, options.dtype),
-                )
-                renderer: BaseRenderer[Any] = self._renderer(name, config)
-                self.renderers[name] = renderer
-                self.placeholders[name] = PlaceholderTokens(renderer)
-                self.processing[name] = FairGate(2 * cores, per_client=cores)
-        except BaseException:
-            self.close()
-            raise
-        self.encoded = EncodedItemCache(int(options.encoded_cache_mb * 1024 * 1024))
-        # The metrics watch the local caches: asking the layered one would ask Redis.
-        caches: dict[str, Any] = {name: r.mm_processor_cache for name, r in self.renderers.items()}
-        caches.update({name: cache.local for name, cache in self.fleet_caches.items()})
-        stores = {
-            kind: {
-                name: store
-                for name, cache in self.fleet_caches.items()
-                for store in cache.stores
-                if isinstance(store, RedisL2Store) == (kind == "l2")
-            }
-            for kind in ("l2", "worker")
-        }
-        self.metrics = metrics or ServeMetrics(caches, stores["l2"], stores["worker"])
-
-    def _renderer(self, name: str, config: ModelConfig) -> BaseRenderer[Any]:
-        """The model's renderer; its processor cache over the workers' shared store
-        (``--workers``) and the fleet's Redis (``--cache-redis-url``), when there are such."""
-        cache = layered_cache(name, config, self.options, self._shared)
-        if cache is None:
-            return BaseRenderer(config)
-        self.fleet_caches[name] = cache
-        return BaseRenderer(
-            config, mm_processor=MULTIMODAL_REGISTRY.create_processor(config, cache=cache)
-        )
-
-    def warmup(self) -> None:
-        """Load each model's processor and run its warmup before the first request."""
-        for renderer in self.renderers.values():
-            renderer.start_mm_warmup().result()
-
-    def close(self) -> None:
-        self.pool.close()
-        for renderer in self.renderers.values():
-            renderer.shutdown()
-        for cache in self.fleet_caches.values():
-            cache.close()
-
-    def public_message(self, message: str) -> str:
-        """``message`` as a client may read it: a model's directory becomes its served name."""
-        for directory, name in self._model_dirs.items():
-            message = message.replace(directory, name)
-        return message
-
-    def renderer_for(self, request: NamesAModel) -> tuple[str, BaseRenderer[Any]]:
-        """The served model a request names (its ``model``; the default when it names none)."""
-        name = request.model or self.options.default_model
-        renderer = self.renderers.get(name)
-        if renderer is None:
-            raise ModelNotFoundError(f"The model `{name}` does not exist.")
-        return name, renderer
-
-    def connector(self, shared_slots: asyncio.Semaphore | None = None) -> MediaConnector:
-        """A connector for one request: the server's address policy, the request's budgets and
-        its fetch scope (one fetch deadline, at most 16 connections at once)."""
-        options = self.options
-        return MediaConnector(
-            allowed_local_media_path=options.allowed_local_media_path,
-            allowed_media_domains=list(options.allowed_media_domains) or None,
-            allow_private_ips=options.media_url_allow_private_ips,
-            decoded_budget=MediaDecodedBudget(),
-            download_budget=MediaRequestDownloadBudget(options.request_download_limit_bytes()),
-            fetch_scope=MediaRequestFetchScope(shared_slots=shared_slots),
-        )
+    The models and what requests share are built by :class:`ServedModels`; a base class rather
+    than a member, so that what routes and tests reach (``service.renderers``, ``service.pool``,
+    ``service.fetch_slots``...) stays an attribute of the service itself."""
 
     def _media_io_kwargs(self, request: ChatRenderRequest) -> dict[str, dict[str, Any]]:
         # The server's EXIF-ID policy first; a trusted client's own image kwargs may override it.
@@ -273,7 +143,7 @@ class RenderService:
         refuse_long_text(renderer.default_chat_tok_params, renderer.tokenizer, texts)
         self.placeholders[name].check_text(texts, parameter="messages")
         if self.options.eager_media and mm_data:
-            mm_data = await asyncio.to_thread(_decode_all, mm_data)
+            mm_data = await asyncio.to_thread(decode_all, mm_data)
         timings.fetch = time.perf_counter() - start
         self.metrics.fetch_seconds.observe(timings.fetch)
 
@@ -442,31 +312,6 @@ def _metadata_fields(renderer: BaseRenderer[Any]) -> Callable[[str], Collection[
 def _tokenize(renderer: BaseRenderer[Any], text: str, add_special_tokens: bool) -> list[int]:
     text = bounded_text(renderer, renderer.default_cmpl_tok_params, text)
     return list(renderer.get_tokenizer().encode(text, add_special_tokens=add_special_tokens))
-
-
-def _decode_eagerly(modality: str, index: int, item: Any) -> Any:
-    if not isinstance(item, MediaRef):
-        return item
-    try:
-        return item.decode()
-    except MediaTooLargeError:
-        raise
-    except ValueError as exc:  # a verdict on the payload: what the processor reports as 422
-        raise VLLMUnprocessableEntityError(
-            f"Failed to decode {modality} item at index {index}: {exc}",
-            modality=modality,
-            index=index,
-        ) from exc
-
-
-def _decode_all(mm_data: Any) -> dict[str, Any]:
-    """The eager baseline: every fetched item decoded now, handed on decoded."""
-    decoded: dict[str, Any] = {}
-    for modality, value in mm_data.items():
-        items = value if isinstance(value, list) else [value]
-        done = [_decode_eagerly(modality, i, item) for i, item in enumerate(items)]
-        decoded[modality] = done if isinstance(value, list) else done[0]
-    return decoded
 
 
 __all__ = [
