@@ -40,6 +40,11 @@ class UnstorableItem(ValueError):
     """An item whose prompt updates are not plain data (it stays in the local cache)."""
 
 
+Payload = bytes | memoryview
+"""A store's entry as read: a view of the bytes it read where slicing them would copy megabytes
+(a 1080p image's entry is ~12 MB), never a view of memory another process may still write."""
+
+
 class PromptUpdatesCodec(Protocol):
     """How the prompt updates of an item become bytes and back. The cache never looks inside
     them; the processing layer knows their types (``mediaref.processing.stored_updates.PROMPT_UPDATES_JSON``)."""
@@ -69,11 +74,11 @@ class SharedStore(Protocol):
     @property
     def circuit_open(self) -> bool: ...
 
-    def get_many(self, mm_hashes: Sequence[str]) -> list[bytes | None]:
+    def get_many(self, mm_hashes: Sequence[str]) -> Sequence[Payload | None]:
         """The verified payload stored for each hash, None where there is none."""
         ...
 
-    def put(self, mm_hash: str, payload: bytes) -> None: ...
+    def put(self, mm_hash: str, payload: Payload) -> None: ...
 
     def close(self) -> None: ...
 
@@ -95,12 +100,12 @@ def encode_entry(
 
 
 def decode_entry(
-    payload: bytes, codec: PromptUpdatesCodec
+    payload: Payload, codec: PromptUpdatesCodec
 ) -> tuple[MultiModalKwargsItem, Sequence[Any]]:
     """What :func:`encode_entry` wrote (the store already checked the payload's MAC)."""
     length = int.from_bytes(payload[:_LENGTH_BYTES], "little")
     end = _LENGTH_BYTES + length
-    updates = codec.loads(payload[_LENGTH_BYTES:end])
+    updates = codec.loads(bytes(payload[_LENGTH_BYTES:end]))
     return deserialize_item(memoryview(payload)[end:]), updates
 
 
@@ -135,7 +140,7 @@ class LayeredProcessorCache(BaseMultiModalProcessorCache):
             cached = self.local.is_cached(mm_hashes)
         return cached
 
-    def _adopt(self, store: SharedStore, mm_hash: str, payload: bytes) -> bool:
+    def _adopt(self, store: SharedStore, mm_hash: str, payload: Payload) -> bool:
         """A store's verified payload into the local cache; False when it does not decode."""
         try:
             item, updates = decode_entry(payload, self.codec)
@@ -191,6 +196,7 @@ class LayeredProcessorCache(BaseMultiModalProcessorCache):
 
 __all__ = [
     "LayeredProcessorCache",
+    "Payload",
     "PromptUpdatesCodec",
     "SharedStore",
     "UnstorableItem",

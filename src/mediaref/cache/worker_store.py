@@ -266,7 +266,7 @@ class WorkerSharedStore:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def put(self, key: str, payload: bytes) -> None:
+    def put(self, key: str, payload: bytes | memoryview) -> None:
         """Store ``payload`` under ``key`` now, overwriting the oldest entries as needed; one
         over half the capacity is not written (it would evict too much)."""
         cap = self._capacity
@@ -323,7 +323,7 @@ class WorkerSharedStore:
     def _digest(self, key: str) -> bytes:
         return hashlib.blake2b(key.encode(), digest_size=16, key=self._index_key).digest()
 
-    def _mac(self, key: str, payload: bytes) -> bytes:
+    def _mac(self, key: str, payload: bytes | memoryview) -> bytes:
         raw = key.encode()
         hasher = blake3(len(raw).to_bytes(4, "little") + raw, key=self._mac_key)
         hasher.update(payload)
