@@ -67,7 +67,10 @@ ALLOWED = {
     "header_dribble": {"closed", "reset"},
     "long_text": {"400"},
     "deep_json": {"400"},
-    "wide_json": {"413"},
+    # Refused as its values are counted, while the attacker is still sending: the server answers
+    # and closes unread (it reads no attacker's megabytes to deliver a refusal), so a client
+    # still writing may meet the reset before it reads the 413 (docs/security.md).
+    "wide_json": {"413", "ClientOSError"},
     "bad_types": {"400"},
     "connections": {"closed", "503"},
     "stalling_origin": {"504"},
