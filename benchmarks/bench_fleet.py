@@ -5,7 +5,8 @@ Three parts, in one run:
 1. **Hit rate.** ``--replicas`` ``mediaref serve`` processes (on this machine) behind client-side
    round-robin, driven by a Zipf(``--zipf``) stream of ``--requests`` chat requests over
    ``--images`` distinct 1080p JPEGs (``data:`` URLs, ``mm_payload: "none"`` so the client stays
-   light). Three fleets see the same stream: one process holding everything (the ceiling), the
+   light; ``--no-layout-from-headers`` so each miss is decoded and processed). Three fleets see
+   the same stream: one process holding everything (the ceiling), the
    replicas with a Redis server of this run's own under them (``--cache-redis-url``), and the
    replicas alone. A request's item is a miss exactly when some replica decodes it, so the
    fleet's hit rate is ``1 - decoded / requests`` (``mediaref_decodes_total``, summed).
@@ -149,18 +150,24 @@ def _p(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
+EVERY_MISS_DECODES = ("--no-layout-from-headers",)
+"""Replica flags: a routing request (``mm_payload: "none"``) of JPEGs is otherwise answered from
+their headers, nothing decoded or cached (docs/serving.md), and this benchmark counts misses as
+decodes."""
+
+
 async def hit_rates(
     args: argparse.Namespace, bodies: list[bytes], redis_url: str
 ) -> dict[str, Any]:
     stream = zipf_stream(len(bodies), args.requests, args.zipf, seed=7)
     cores = set(os.sched_getaffinity(0))
     fleets = {
-        "one process": (1, ()),
+        "one process": (1, EVERY_MISS_DECODES),
         f"{args.replicas} replicas + Redis": (
             args.replicas,
-            ("--cache-redis-url", redis_url),
+            (*EVERY_MISS_DECODES, "--cache-redis-url", redis_url),
         ),
-        f"{args.replicas} replicas alone": (args.replicas, ()),
+        f"{args.replicas} replicas alone": (args.replicas, EVERY_MISS_DECODES),
     }
     results: dict[str, Any] = {}
     for name, (count, extra) in fleets.items():
@@ -247,7 +254,7 @@ def hit_latencies(jpeg: bytes, redis_url: str, repeat: int) -> dict[str, Any]:
 async def faults(args: argparse.Namespace, bodies: list[bytes], redis: OwnRedis) -> dict[str, Any]:
     cores = set(os.sched_getaffinity(0))
     stream = zipf_stream(len(bodies), args.requests // 2, args.zipf, seed=11)
-    extra = ("--cache-redis-url", redis.url)
+    extra = (*EVERY_MISS_DECODES, "--cache-redis-url", redis.url)
     servers = [RenderServer("mediaref", cores, "", *extra) for _ in range(args.replicas)]
     urls = [s.url for s in servers]
     results: dict[str, Any] = {}

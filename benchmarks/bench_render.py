@@ -192,7 +192,10 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, dict[str, flo
     with FaultOrigin() as origin:
         media = Media(origin)
         for mode, extra in (("lazy", ()), ("eager", ("--eager-media",))):
-            server = Server(server_core, *extra)
+            # Every miss decoded and processed on both: with ``--payload none`` the lazy server
+            # would otherwise answer Qwen2-VL's JPEGs from their headers (docs/serving.md,
+            # *Rendering for routing*), which is not what this compares.
+            server = Server(server_core, "--no-layout-from-headers", *extra)
             try:
                 pool = [media.fresh_url() for _ in range(args.pool)]
                 # Warm-up: each pool image once (the hot workload's hits), and a few misses.
