@@ -145,21 +145,21 @@ async def test_a_short_data_url_is_read_on_the_loop_a_long_one_on_the_pool(
 ) -> None:
     # A short one costs less to read than the media pool's round trip; a long one must never
     # hold the loop (the media pool takes it, as vLLM's thread pool takes every one).
-    from mediaref.media import connector as connector_module
+    from mediaref.media import _fetch_drivers as drivers_module
 
     pooled: list[object] = []
-    real_executor = connector_module.get_media_executor
+    real_executor = drivers_module.get_media_executor
 
     def recording_executor() -> Any:
         pooled.append(None)
         return real_executor()
 
-    monkeypatch.setattr(connector_module, "get_media_executor", recording_executor)
+    monkeypatch.setattr(drivers_module, "get_media_executor", recording_executor)
     io = RawMediaIO()
     short = "data:application/octet-stream;base64," + pybase64.b64encode(b"x" * 1000).decode()
     ref = await connector.load_from_url_async(short, io)
     assert ref.data == b"x" * 1000 and pooled == []
-    size = connector_module._INLINE_DATA_URL_CHARS  # its base64 is a third longer: over the bound
+    size = drivers_module.INLINE_DATA_URL_CHARS  # its base64 is a third longer: over the bound
     long = "data:application/octet-stream;base64," + pybase64.b64encode(b"y" * size).decode()
     ref = await connector.load_from_url_async(long, io)
     assert ref.data == b"y" * size and pooled == [None]

@@ -22,11 +22,8 @@ deadline, by default the longest fetch timeout among them counted from the first
 most ``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS`` (16) of them hold a connection at once; why is
 in ``_transport/request_scope.py``.
 
-There is one implementation with two drivers. Planning (scheme dispatch and policy), reading a
-local payload, the download coroutine and building refs are shared; the synchronous driver runs
-the download on a private event loop thread (so it also works when called from a thread whose own
-loop is running), the async driver awaits it and builds refs on the media pool, because deriving
-a key is linear in the payload.
+One implementation, two drivers: the connector's methods delegate planning (scheme dispatch,
+policy, local reads) to :mod:`._fetch_plan` and running a plan to :mod:`._fetch_drivers`.
 
 vLLM's calls keep working: ``fetch_image(url)``, ``fetch_video(url, video_processor=...)`` and
 ``fetch_audio(url)`` without a decoder build vLLM's default one (charging the connector's
@@ -47,11 +44,11 @@ reaches, malformed base64 is a 400.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mediaref import envs
+from mediaref.media import _fetch_drivers as drivers
 from mediaref.media._default_decoders import (
     default_audio_io,
     default_image_io,
@@ -60,27 +57,20 @@ from mediaref.media._default_decoders import (
     merge_media_io_kwargs,
     modality_io_map,
 )
+from mediaref.media._fetch_plan import (
+    FetchPlan,
+    plan_fetch,
+    url_policy,
+)
 from mediaref.media._transport.budget import (
     MediaRequestDownloadBudget,
     MediaRequestDownloadSizeExceededError,
 )
-from mediaref.media._transport.data_url import parse_data_url
-from mediaref.media._transport.errors import RefusedError, transport_errors
 from mediaref.media._transport.http_client import MediaHTTPClient, default_http_client
-from mediaref.media._transport.http_download import DownloadRequest, download
 from mediaref.media._transport.local_file import LocalMediaRoot
-from mediaref.media._transport.loop_thread import run_sync
-from mediaref.media._transport.payload import (
-    Payload,
-    disk_cache_from_env,
-    download_max_bytes,
-    fetch_timeout_seconds,
-    scheme_of,
-    strictest_max_bytes,
-)
 from mediaref.media._transport.request_scope import MediaRequestFetchScope
-from mediaref.media._transport.url_policy import HTTP_SCHEMES, URLPolicy, parse_http_url
-from mediaref.media.base import MediaIO, MediaRef, MediaWithBytes, is_jpeg_frames
+from mediaref.media._transport.url_policy import URLPolicy
+from mediaref.media.base import MediaIO, MediaRef, MediaWithBytes
 from mediaref.media.decode_budget import MediaDecodedBudget
 from mediaref.media.executor import get_media_executor
 from mediaref.media.extensions import ExtensionManager
@@ -99,18 +89,9 @@ if TYPE_CHECKING:
     MODALITY_IO_MAP: dict[str, type[MediaIO[Any]]]
     global_thread_pool: ThreadPoolExecutor
 
-_INLINE_DATA_URL_CHARS = 256 * 1024
-"""A ``data:`` URL this short is read on the running loop by the async API: decoding and keying
-its payload (~0.2 ms) costs less than the media pool's round trip, whose thread hand-offs cost as
-much again on a busy core (a routing request of four 720p JPEGs: 145 -> 171 req/s on one core).
-A longer one is read on the pool, as vLLM reads every one, so a megabyte never holds the loop."""
-
 _M = TypeVar("_M")
 _V = TypeVar("_V")
 _A = TypeVar("_A")
-
-# A planned load: an http(s) download, or a local read to run where blocking is acceptable.
-_Plan = DownloadRequest | Callable[[], Payload]
 
 MEDIA_CONNECTOR_REGISTRY: ExtensionManager[MediaConnector] = ExtensionManager("media connector")
 """Connector classes by name; a server builds ``VLLM_MEDIA_CONNECTOR``'s (default "http")."""
@@ -163,96 +144,38 @@ class MediaConnector:
         self.download_budget = download_budget
         self.fetch_scope = fetch_scope
 
-    # --- the shared core ------------------------------------------------------------------------
+    # --- the shared core: planning in _fetch_plan, the drivers in _fetch_drivers ---------------
 
     def _url_policy(self) -> URLPolicy:
-        allow_private = self.allow_private_ips
-        if allow_private is None:
-            allow_private = envs.MEDIAREF_MEDIA_URL_ALLOW_PRIVATE_IPS
-        return URLPolicy.build(self.allowed_media_domains, allow_private_ips=allow_private)
+        return url_policy(self.allowed_media_domains, self.allow_private_ips)
 
     def _plan(
         self, url: str, media_ios: Sequence[MediaIO[Any]], fetch_timeout: float | None
-    ) -> _Plan:
+    ) -> FetchPlan:
         """Dispatch on the scheme and check the policy; no payload is read yet."""
-        max_bytes = strictest_max_bytes(media_ios)
-        scheme = scheme_of(url)
-        with transport_errors(url):
-            if scheme == "data":
-                return lambda: self._read_data_url(url, max_bytes)
-            if scheme == "file":
-                root = self._local_root
-                if root is None:
-                    raise RefusedError("file: URLs are disabled (set allowed_local_media_path)")
-                return lambda: self._read_file_url(root, url, max_bytes)
-            if scheme in HTTP_SCHEMES:
-                return DownloadRequest(
-                    requested_url=url,
-                    url=parse_http_url(url),
-                    policy=self._url_policy(),
-                    allow_redirects=envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS,
-                    max_bytes=download_max_bytes(max_bytes),
-                    timeout_seconds=(
-                        fetch_timeout
-                        if fetch_timeout is not None
-                        else fetch_timeout_seconds(media_ios[0])
-                    ),
-                    retries=max(1, envs.VLLM_MEDIA_FETCH_MAX_RETRIES) - 1,
-                    budget=self.download_budget,
-                    cache=disk_cache_from_env(),
-                    scope=self.fetch_scope,
-                )
-            raise RefusedError(
-                f"unsupported URL scheme {scheme!r} (use data:, file:, http: or https:)"
-            )
-
-    @staticmethod
-    def _read_data_url(url: str, max_bytes: int | None) -> Payload:
-        with transport_errors(url):
-            parsed = parse_data_url(url)
-            if is_jpeg_frames(parsed.media_type):  # the video decoder owns that form
-                parsed.check_size(max_bytes)  # the frames' decoded size, bounded without decoding
-                return Payload(base64_form=parsed)
-            # Decoded once here, however many decoders share the payload.
-            return Payload(parsed.decode(max_bytes))
-
-    @staticmethod
-    def _read_file_url(root: LocalMediaRoot, url: str, max_bytes: int | None) -> Payload:
-        with transport_errors(url):
-            return Payload(root.read(root.resolve(url), max_bytes))
+        return plan_fetch(
+            url,
+            media_ios,
+            fetch_timeout,
+            local_root=self._local_root,
+            policy=self._url_policy,
+            download_budget=self.download_budget,
+            fetch_scope=self.fetch_scope,
+        )
 
     def _load(
         self, url: str, media_ios: Sequence[MediaIO[Any]], fetch_timeout: float | None
     ) -> list[MediaRef[Any]]:
         """The synchronous driver."""
         plan = self._plan(url, media_ios, fetch_timeout)
-        if isinstance(plan, DownloadRequest):
-            # Starting the private loop can fail too (no descriptors left for its self-pipe).
-            with transport_errors(url):
-                payload = Payload(run_sync(download(self.connection, plan)))
-        else:
-            payload = plan()
-        return payload.build_refs(media_ios)
+        return drivers.load(self.connection, url, plan, media_ios)
 
     async def _load_async(
         self, url: str, media_ios: Sequence[MediaIO[Any]], fetch_timeout: float | None
     ) -> list[MediaRef[Any]]:
         """The async driver: downloads on the running loop, reads and builds on the media pool."""
         plan = self._plan(url, media_ios, fetch_timeout)
-        if isinstance(plan, DownloadRequest):
-            payload = Payload(await download(self.connection, plan))
-            return await self._load_refs_async(lambda: payload.build_refs(media_ios))
-        read_local = plan
-        if len(url) <= _INLINE_DATA_URL_CHARS and scheme_of(url) == "data":
-            return read_local().build_refs(media_ios)
-        return await self._load_refs_async(lambda: read_local().build_refs(media_ios))
-
-    async def _load_refs_async(
-        self, build: Callable[[], list[MediaRef[Any]]]
-    ) -> list[MediaRef[Any]]:
-        """Build refs on the media pool: deriving a key is linear in the payload."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(get_media_executor(), build)
+        return await drivers.load_async(self.connection, url, plan, media_ios)
 
     # --- public API -----------------------------------------------------------------------------
 
@@ -365,8 +288,7 @@ class MediaConnector:
     @staticmethod
     async def _on_media_pool(load: Callable[[str, str], _M], modality: str, data: str) -> _M:
         # Base64 decoding and unpickling are linear in the payload: off the event loop.
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(get_media_executor(), load, modality, data)
+        return await drivers.on_media_pool(load, modality, data)
 
     def fetch_video_and_audio(
         self, video_url: str, video_io: MediaIO[_V], audio_io: MediaIO[_A]
