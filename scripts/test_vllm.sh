@@ -12,7 +12,8 @@
 #      vllm.multimodal) already gets mediaref's modules; install() raises if it is too late.
 # then scripts/compare_vllm_test_runs.py prints the counts of both runs and every test that
 # passes on stock vLLM and not with the hook; last, mediaref's own tests that need vLLM
-# (tests/test_vllm_hook.py, tests/test_serve_wire_vllm_live.py, ~1 min) run with VLLM_PYTHON.
+# (tests/test_vllm_hook.py, test_vllm_input_processor.py, test_serve_wire_vllm_live.py, ~2 min)
+# run with VLLM_PYTHON.
 # Exit status: non-zero when such a test is not in tests/data/vllm_tests_known_differences.txt
 # (one pytest node id a line, `# reason` after it), when one of mediaref's own fails, or when
 # a step fails (bad checksum, missing pytest, ...).
@@ -140,7 +141,7 @@ echo "== mediaref's tests against vLLM 0.33.0"
 (
   cd "$repo"
   MEDIAREF_VLLM_PYTHON="$VLLM_PYTHON" "$VLLM_PYTHON" -m pytest -p no:cacheprovider -q \
-    tests/test_vllm_hook.py tests/test_serve_wire_vllm_live.py
+    tests/test_vllm_hook.py tests/test_vllm_input_processor.py tests/test_serve_wire_vllm_live.py
 ) >"$scratch/mediaref.log" 2>&1 || rc=$?
 tail -n 1 "$scratch/mediaref.log"
 echo "total wall time: $(($(date +%s) - start_all)) s"

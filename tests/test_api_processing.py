@@ -501,3 +501,51 @@ def test_tokenize_params_bound_encoding_and_truncate_from_the_asked_side() -> No
         TokenizeParams(max_total_tokens=10, truncation_side="middle")  # type: ignore[arg-type]
     lowered = TokenizeParams(max_total_tokens=None, do_lower_case=True)
     assert lowered.apply_pre_tokenization(None, {"prompt": "ABC"}) == {"prompt": "abc"}
+
+
+class _PadTokenizer:
+    pad_token_id = 0
+    truncation_side = "right"
+    max_chars_per_token = 4
+
+
+def test_tokenize_params_take_vllms_tokenizer_kwargs() -> None:
+    # vLLM's renderer, offline entrypoints and model files call with_kwargs on the model's
+    # defaults (tests/test_vllm_input_processor.py runs vLLM's input processor on them).
+    base = TokenizeParams(max_total_tokens=100, max_output_tokens=10, return_token_offsets=True)
+    bounded = base.with_kwargs(max_length=30, truncation=True, padding="max_length")
+    assert (bounded.max_output_tokens, bounded.truncate_prompt_tokens) == (70, 30)
+    assert bounded.pad_prompt_tokens == 30
+    assert bounded.return_token_offsets is False  # not carried over, as in vLLM
+    kept = base.with_kwargs(truncation=False, padding=False, add_special_tokens=False)
+    assert (kept.truncate_prompt_tokens, kept.pad_prompt_tokens) == (None, None)
+    assert (kept.max_output_tokens, kept.add_special_tokens) == (10, False)
+    undone = bounded.with_kwargs(truncation="do_not_truncate", padding="do_not_pad")
+    assert (undone.truncate_prompt_tokens, undone.pad_prompt_tokens) == (None, None)
+    assert base.with_kwargs(stride=4) == TokenizeParams(max_total_tokens=100, max_output_tokens=10)
+
+
+def test_tokenize_params_truncate_then_pad_and_cut_what_runs_beside_the_tokens() -> None:
+    params = TokenizeParams(
+        max_total_tokens=10, pad_prompt_tokens=6, truncate_prompt_tokens=4, truncation_side="left"
+    )
+    prompt = {"prompt_token_ids": [1, 2, 3, 4, 5], "prompt_is_token_ids": [1, 1, 0, 0, 0]}
+    assert params.apply_post_tokenization(_PadTokenizer(), prompt) == {
+        "prompt_token_ids": [2, 3, 4, 5, 0, 0],
+        "prompt_is_token_ids": [1, 0, 0, 0],
+    }
+    with pytest.raises(VLLMValidationError, match="skip_tokenizer_init"):
+        params.apply_post_tokenization(None, {"prompt_token_ids": [1]})
+    named = TokenizeParams(max_total_tokens=5, max_output_tokens_param="max_tokens")
+    with pytest.raises(VLLMValidationError, match="max_tokens=9"):
+        TokenizeParams(**{**named.__dict__, "max_output_tokens": 9})
+
+
+def test_tokenize_params_say_how_much_a_left_cut_removed_from_the_text() -> None:
+    left = TokenizeParams(max_total_tokens=3, truncate_prompt_tokens=2, truncation_side="left")
+    text = "x" * 20  # 3 tokens of at most 4 characters hold 12: 8 are cut from the left
+    assert left._get_text_truncation_offset(_PadTokenizer(), text) == 8
+    assert left.apply_pre_tokenization(_PadTokenizer(), {"prompt": text}) == {"prompt": "x" * 12}
+    right = TokenizeParams(max_total_tokens=3, truncate_prompt_tokens=2, truncation_side="right")
+    assert right._get_text_truncation_offset(_PadTokenizer(), text) == 0
+    assert left._truncation_slice(None, 5) == slice(3, 5)

@@ -3,17 +3,29 @@
 The processing info supplies the model's defaults (:meth:`BaseProcessingInfo.get_default_tok_params`)
 and the renderer applies them: before tokenization the text is lower-cased if asked and refused
 when it could not fit the context at all; after it, the token ids are truncated to
-``truncate_prompt_tokens`` (from ``truncation_side``) and refused when they exceed the context.
+``truncate_prompt_tokens`` (from ``truncation_side``), padded to ``pad_prompt_tokens`` and refused
+when they exceed the context.
+
+With mediaref in place of ``vllm.multimodal`` (``mediaref-vllm``), vLLM's own renderers, its
+offline ``LLM`` entrypoints, its input processor and some of its model files take these defaults
+from the processing info and call vLLM's API on them (:meth:`TokenizeParams.with_kwargs`,
+``pad_prompt_tokens``, the ``*_param`` names its errors use): this class answers all of it as
+vLLM's ``vllm.renderers.params.TokenizeParams`` does.
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from mediaref.exceptions import VLLMValidationError
+
+logger = logging.getLogger(__name__)
+
+_PARALLEL_TO_PROMPT_TOKENS = ("prompt_token_offsets", "prompt_is_token_ids")
+"""Prompt keys holding one entry per prompt token: truncated with the tokens, as vLLM does."""
 
 # For a tokenizer with no vocabulary to measure: a token never spans more characters than this in
 # practice; the pre-check only refuses text that cannot possibly fit.
@@ -73,6 +85,9 @@ class TokenizeParams:
     """Input plus output tokens allowed: usually the model's context length."""
 
     max_output_tokens: int | None = 0
+    pad_prompt_tokens: int | None = None
+    """Pad the prompt's token ids to this many (-1: the context); None: no padding."""
+
     truncate_prompt_tokens: int | None = None
     """Keep this many prompt tokens (-1: as many as fit); None: no truncation."""
 
@@ -81,6 +96,10 @@ class TokenizeParams:
     add_special_tokens: bool = True
     return_token_offsets: bool = False
     needs_detokenization: bool = False
+    max_total_tokens_param: str = "max_total_tokens"
+    """The request field errors about ``max_total_tokens`` name (vLLM's servers set theirs)."""
+    max_output_tokens_param: str = "max_output_tokens"
+    truncate_prompt_tokens_param: str = "truncate_prompt_tokens"
 
     def __post_init__(self) -> None:
         if self.truncation_side not in (None, "left", "right"):
@@ -90,19 +109,77 @@ class TokenizeParams:
                 value=self.truncation_side,
             )
         total, output = self.max_total_tokens, self.max_output_tokens
+        total_name = self.max_total_tokens_param
         if total is not None and output is not None and output > total:
             raise VLLMValidationError(
-                f"max_output_tokens={output} cannot be greater than max_total_tokens={total}.",
-                parameter="max_output_tokens",
+                f"{self.max_output_tokens_param}={output} cannot be greater than "
+                f"{total_name}={total}. Please request fewer output tokens.",
+                parameter=self.max_output_tokens_param,
                 value=output,
             )
         keep = self.truncate_prompt_tokens
         if total is not None and keep is not None and keep > total:
             raise VLLMValidationError(
-                f"truncate_prompt_tokens={keep} cannot be greater than max_total_tokens={total}.",
-                parameter="truncate_prompt_tokens",
+                f"{self.truncate_prompt_tokens_param}={keep} cannot be greater than "
+                f"{total_name} = {total}. Please request a smaller truncation size.",
+                parameter=self.truncate_prompt_tokens_param,
                 value=keep,
             )
+
+    def with_kwargs(self, **tokenization_kwargs: Any) -> TokenizeParams:
+        """These parameters with a tokenizer's keyword arguments applied, as vLLM's renderers and
+        model files pass them (vLLM's semantics, field for field):
+
+        - ``max_length`` bounds the prompt, and the rest of the context becomes the output
+          budget; without it the output budget is kept;
+        - ``padding="max_length"`` pads to ``max_length``, ``"do_not_pad"`` drops the padding;
+          ``truncation=True`` (or ``"longest_first"``) truncates to ``max_length``,
+          ``"do_not_truncate"`` drops the truncation; a false value changes nothing;
+        - the fields' own names (``pad_prompt_tokens``, ``truncate_prompt_tokens``,
+          ``truncation_side``, ``do_lower_case``, ``add_special_tokens``,
+          ``needs_detokenization``) replace them;
+        - anything else is logged and ignored. The result keeps no ``return_token_offsets`` and
+          the default ``*_param`` names, as vLLM's does.
+        """
+        kwargs = dict(tokenization_kwargs)
+        explicit_max_length = "max_length" in kwargs
+        max_length = kwargs.pop("max_length", self.max_input_tokens)
+        fields: dict[str, Any] = {
+            name: kwargs.pop(name, getattr(self, name))
+            for name in (
+                "pad_prompt_tokens",
+                "truncate_prompt_tokens",
+                "truncation_side",
+                "do_lower_case",
+                "add_special_tokens",
+                "needs_detokenization",
+            )
+        }
+        padding = kwargs.pop("padding", None)
+        if padding == "max_length":
+            fields["pad_prompt_tokens"] = max_length
+        elif padding == "do_not_pad":
+            fields["pad_prompt_tokens"] = None
+        elif padding:
+            kwargs["padding"] = padding  # a strategy vLLM has no field for: reported below
+        truncation = kwargs.pop("truncation", None)
+        if truncation is True or truncation == "longest_first":
+            fields["truncate_prompt_tokens"] = max_length
+        elif truncation == "do_not_truncate":
+            fields["truncate_prompt_tokens"] = None
+        elif truncation:
+            kwargs["truncation"] = truncation
+        if kwargs:
+            logger.warning(
+                "The following tokenization arguments are not supported by vLLM Renderer and "
+                "will be ignored: %s",
+                kwargs,
+            )
+        total = self.max_total_tokens
+        output = self.max_output_tokens
+        if explicit_max_length and total is not None and max_length is not None:
+            output = total - max_length
+        return TokenizeParams(max_total_tokens=total, max_output_tokens=output, **fields)
 
     @property
     def max_input_tokens(self) -> int | None:
@@ -228,24 +305,69 @@ class TokenizeParams:
             return slice(num_tokens - keep, num_tokens)
         return slice(0, keep)
 
-    def apply_post_tokenization(self, tokenizer: Any, prompt: dict[str, Any]) -> dict[str, Any]:
-        """Truncate the token ids as asked, then refuse a prompt the context cannot hold."""
-        token_ids: Sequence[int] | None = prompt.get("prompt_token_ids")
-        if token_ids is None:
-            return prompt
-        cut = self.truncation_slice(len(token_ids), tokenizer)
+    # vLLM's renderer calls these two private methods of its own class by name.
+
+    def _truncation_slice(self, tokenizer: Any, length: int) -> slice | None:
+        return self.truncation_slice(length, tokenizer)
+
+    def _get_text_truncation_offset(self, tokenizer: Any, text: str) -> int:
+        """Characters :meth:`apply_pre_tokenization` cut from the start of ``text`` (a left
+        truncation of a text longer than the context could hold), so that token offsets into
+        the cut text map back to the original."""
+        if self.truncate_prompt_tokens is None or self.truncation_side != "left":
+            return 0
+        max_chars = self.max_input_chars(tokenizer)
+        if max_chars is None or max_chars <= 0:
+            return 0
+        return max(len(text) - max_chars, 0)
+
+    def _padded(self, tokenizer: Any, tokens: Any) -> Any:
+        length = self.pad_prompt_tokens
+        if length is not None and length < 0:
+            length = self.max_input_tokens
+        if length is None or length <= len(tokens):
+            return tokens
+        if tokenizer is None:
+            raise VLLMValidationError(
+                "Cannot pad tokens when `skip_tokenizer_init=True`", parameter="pad_prompt_tokens"
+            )
+        if not isinstance(tokens, list):
+            raise VLLMValidationError(
+                "Cannot pad tokens for embedding inputs", parameter="pad_prompt_tokens"
+            )
+        return tokens + [tokenizer.pad_token_id] * (length - len(tokens))
+
+    def _bounded(self, tokenizer: Any, tokens: Any) -> Any:
+        """Truncated, then padded (padding first would let a left truncation keep only the
+        padding), then refused if the context cannot hold it."""
+        cut = self.truncation_slice(len(tokens), tokenizer)
         if cut is not None:
-            token_ids = list(token_ids)[cut]
-            prompt["prompt_token_ids"] = token_ids
+            tokens = tokens[cut] if hasattr(tokens, "shape") else list(tokens)[cut]  # ids or embeds
+        tokens = self._padded(tokenizer, tokens)
         limit = self.max_input_tokens
-        if limit is not None and len(token_ids) > limit:
+        if limit is not None and len(tokens) > limit:
             raise VLLMValidationError(
                 f"This model's maximum context length is {self.max_total_tokens} tokens. "
-                f"However, your request has {len(token_ids)} input tokens. "
+                f"However, your request has {len(tokens)} input tokens. "
                 "Please reduce the length of the input prompt.",
                 parameter="input_tokens",
-                value=len(token_ids),
+                value=len(tokens),
             )
+        return tokens
+
+    def apply_post_tokenization(self, tokenizer: Any, prompt: dict[str, Any]) -> dict[str, Any]:
+        """Truncate the token ids (or embeddings) as asked, pad them, then refuse a prompt the
+        context cannot hold; entries parallel to the tokens are cut with them."""
+        for key in ("prompt_token_ids", "prompt_embeds"):
+            if prompt.get(key) is not None:
+                prompt[key] = self._bounded(tokenizer, prompt[key])
+        for key in _PARALLEL_TO_PROMPT_TOKENS:
+            parallel = prompt.get(key)
+            if parallel is None:
+                continue
+            cut = self.truncation_slice(len(parallel), tokenizer)
+            if cut is not None:
+                prompt[key] = parallel[cut]
         return prompt
 
 
