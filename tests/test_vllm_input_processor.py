@@ -7,9 +7,10 @@ tokenization defaults from the processing info and calls vLLM's API on them
 answered that API, every raw prompt failed there with mediaref in place (an ``AttributeError``),
 and with it vLLM's offline ``LLM`` entrypoints, which take the same defaults.
 
-Each case runs once on stock vLLM and once with mediaref's hook, in a vLLM 0.33.0 interpreter on
-the CPU (``MEDIAREF_VLLM_PYTHON``; skipped otherwise), and the two requests must agree: token
-ids, each item's hash, identifier and placement, and its tensors' bytes.
+Each case (raw prompts, and a chat rendered as ``LLM.chat`` renders it, its image a ``data:``
+URL) runs once on stock vLLM and once with mediaref's hook, in a vLLM 0.33.0 interpreter on the
+CPU (``MEDIAREF_VLLM_PYTHON``; skipped otherwise), and the two requests must agree: token ids,
+each item's hash, identifier and placement, and its tensors' bytes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 BUILD_REQUESTS = """
-import hashlib, json, sys
+import base64, hashlib, io, json, sys
 if sys.argv[1] == "hooked":
     import mediaref.vllm_hook as hook
     hook.install()
@@ -35,6 +36,7 @@ import numpy as np, torch
 from PIL import Image
 from mediaref.models.builtin import builtin_model_path
 from vllm.config import DeviceConfig, ModelConfig, VllmConfig
+from vllm.renderers.params import ChatParams, merge_kwargs
 from vllm.sampling_params import SamplingParams
 from vllm.v1.engine.input_processor import InputProcessor
 
@@ -53,6 +55,29 @@ cases = {
     "text truncated": ({"prompt": "hello there " * 60}, {"truncation": True, "max_length": 20}),
     "text padded": ({"prompt": "hello"}, {"padding": "max_length", "max_length": 12}),
 }
+
+
+def chat_input(conversation):
+    # What LLM.chat does before the engine (vllm/entrypoints/common/offline.py): the chat
+    # parsed (media fetched through the connector), templated and rendered by vLLM's renderer.
+    params = ChatParams(
+        chat_template=None,
+        chat_template_content_format="auto",
+        chat_template_kwargs=merge_kwargs(None, dict(add_generation_prompt=True, tools=None,
+                                                     continue_final_message=False, tokenize=False)),
+        mm_processor_kwargs=None,
+    )
+    tok_params = processor.renderer.default_chat_tok_params.with_kwargs(add_special_tokens=False)
+    _, inputs = processor.renderer.render_chat([conversation], params, tok_params)
+    return inputs[0]
+
+
+jpeg = io.BytesIO()
+image.resize((320, 240)).save(jpeg, "JPEG")
+url = "data:image/jpeg;base64," + base64.b64encode(jpeg.getvalue()).decode()
+cases["chat"] = (chat_input([{"role": "user", "content": [
+    {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "What is it?"},
+]}]), None)
 
 
 def digest(value):
