@@ -40,11 +40,11 @@
 #                 SIGINT and still writes its junit xml of the tests run so far)
 #   VLLM_TESTS_TEST_TIMEOUT  seconds for one test, with pytest-timeout (default 300)
 #
-# Time: on a 2-core machine (shared with other work) the whole script takes about 12 min for
-# tests/multimodal: stock run ~350 s, hooked run ~320 s, each including ~30 s of imports and
-# collection, plus a few seconds to extract. Results (2026-12-04, second run): stock 491 passed /
+# Time: on a 2-core machine (shared with other work) the whole script takes about 14 min for
+# tests/multimodal: stock run ~380 s, hooked run ~360 s, each including ~30 s of imports and
+# collection, then mediaref's own tests ~70 s. Results (2026-12-05): stock 491 passed /
 # 100 failed / 12 skipped / 67 errors, hooked 428 / 163 / 12 / 67, 70 differences, all in the
-# allowlist. The stock failures/errors are tests needing the network (vLLM's S3 assets), an HF
+# allowlist; mediaref's 14 passed. The stock failures/errors are tests needing the network (vLLM's S3 assets), an HF
 # model's files (ModelConfig of a hub model, offline) or torchaudio (not installed).
 set -euo pipefail
 
