@@ -36,7 +36,10 @@ def multimodal_setting(config: Any, name: str, default: Any) -> Any:
     multimodal = getattr(config, "multimodal_config", None)
     if multimodal is None:
         getter = getattr(config, "get_multimodal_config", None)
-        multimodal = getter() if callable(getter) else None
+        try:
+            multimodal = getter() if callable(getter) else None
+        except ValueError:  # vLLM's, for a text-only model: "The model is not multimodal."
+            multimodal = None
     value = getattr(multimodal, name, None) if multimodal is not None else None
     return default if value is None else value
 

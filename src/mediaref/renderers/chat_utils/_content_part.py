@@ -14,6 +14,7 @@ from typing import Any
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.renderers.chat_utils import _model
+from mediaref.renderers.chat_utils._parser_base import RESERVED_PLACEHOLDER_IN_TEXT_ERROR
 from mediaref.renderers.chat_utils._parts import (
     MM_PARSER_MAP,
     PART_FIELD,
@@ -57,8 +58,7 @@ def _reject_reserved_placeholder(text: str, parser: BaseMultiModalContentParser)
         parser.model_config
     ):
         raise VLLMValidationError(
-            f"Text content may not contain the reserved placeholder "
-            f"{PROMPT_EMBEDS_PLACEHOLDER_TOKEN!r}: it marks where prompt_embeds are spliced in.",
+            RESERVED_PLACEHOLDER_IN_TEXT_ERROR.format(token=PROMPT_EMBEDS_PLACEHOLDER_TOKEN),
             parameter="messages",
         )
 

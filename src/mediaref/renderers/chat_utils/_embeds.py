@@ -34,9 +34,6 @@ from mediaref.inputs import (
 
 logger = logging.getLogger(__name__)
 
-# Metadata arrays are grids and sizes: a few dimensions at most.
-_MAX_METADATA_DIMS = 8
-
 ProcessorSource = Callable[[], Any]
 """The model's multimodal processor, built on first use (only embeddings and chunks need it)."""
 
@@ -99,41 +96,23 @@ def _merge(items: list[dict[str, Any]], processor: Any) -> dict[str, Any]:
     return merged
 
 
-def _metadata_tensor(key: str, value: list[Any], allowed: set[str], modality: str) -> torch.Tensor:
+def parse_metadata_array(key: str, value: list[Any], allowed: set[str]) -> torch.Tensor:
+    """A JSON array given for an embedding's metadata field (a grid, a size) as a tensor: only
+    for ``allowed`` keys, only a flat list of finite numbers (vLLM's rule: nested lists, booleans
+    and strings are refused, so nothing recurses over a hostile depth), int64 unless a float is
+    in it."""
     if key not in allowed:
-        raise VLLMValidationError(
-            f"JSON arrays are only supported for metadata: {key}", parameter=f"{modality}_embeds"
-        )
-    flat = _flatten(value)
-    if flat is None or not all(math.isfinite(v) for v in flat):
-        raise VLLMValidationError(
-            f"Metadata {key} must be a finite numeric array.", parameter=f"{modality}_embeds"
-        )
-    dtype = torch.float64 if any(isinstance(v, float) for v in flat) else torch.int64
+        raise VLLMValidationError(f"JSON arrays are only supported for metadata: {key}")
+    numbers = isinstance(value, list) and all(
+        type(v) is int or (type(v) is float and math.isfinite(v)) for v in value
+    )
+    if not numbers:
+        raise VLLMValidationError(f"Metadata {key} must be a finite numeric array.")
+    dtype = torch.float64 if any(isinstance(v, float) for v in value) else torch.int64
     try:
         return torch.tensor(value, dtype=dtype)
-    except (ValueError, TypeError, OverflowError, RuntimeError) as exc:  # ragged, out of range
-        raise VLLMValidationError(
-            f"Invalid metadata array: {key}", parameter=f"{modality}_embeds"
-        ) from exc
-
-
-def _flatten(value: object) -> list[int | float] | None:
-    """The numbers of a nested list, None if anything else (a bool, a string) is in it or it
-    nests deeper than any metadata does (a hostile depth must not exhaust the stack)."""
-    numbers: list[int | float] = []
-    pending: list[tuple[object, int]] = [(value, 0)]
-    while pending:
-        entry, depth = pending.pop()
-        if isinstance(entry, list):
-            if depth >= _MAX_METADATA_DIMS:
-                return None
-            pending.extend((inner, depth + 1) for inner in entry)
-        elif isinstance(entry, (int, float)) and not isinstance(entry, bool):
-            numbers.append(entry)
-        else:
-            return None
-    return numbers
+    except (ValueError, TypeError, OverflowError, RuntimeError) as exc:  # out of int64's range
+        raise VLLMValidationError(f"Invalid metadata array: {key}") from exc
 
 
 def _metadata_fields(processor: Any, modality: str) -> set[str]:
@@ -157,9 +136,7 @@ def merge_embeds(modality: str, values: list[object], processor_source: Processo
         allowed = _metadata_fields(processor, modality)
         items = [
             {
-                key: _metadata_tensor(key, entry, allowed, modality)
-                if isinstance(entry, list)
-                else entry
+                key: parse_metadata_array(key, entry, allowed) if isinstance(entry, list) else entry
                 for key, entry in cast("Mapping[str, Any]", value).items()
             }
             for value in values

@@ -29,6 +29,15 @@ _info_memo: OrderedDict[str, BaseProcessingInfo] = OrderedDict()
 _info_memo_lock = threading.Lock()
 
 
+def takes_no_media(model: ModelLike) -> bool:
+    """Whether ``model`` is a config that says it has no multimodal processor (vLLM serving a
+    text-only model on mediaref): its chats still parse, text and prompt embeddings, and no
+    processing info is built for it (there is none to build)."""
+    if isinstance(model, BaseProcessingInfo):
+        return False
+    return getattr(model, "is_multimodal_model", True) is False
+
+
 def resolve_processing_info(model: ModelLike) -> BaseProcessingInfo:
     """The processing info of ``model``; for a config, one kept per distinct config.
 
@@ -136,4 +145,5 @@ __all__ = [
     "prompt_embeds_enabled",
     "registered_model_cls",
     "resolve_processing_info",
+    "takes_no_media",
 ]

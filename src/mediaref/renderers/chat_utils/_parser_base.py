@@ -118,11 +118,29 @@ class BaseMultiModalContentParser(ABC):
     ) -> None: ...
 
 
+# vLLM's wording for the prompt-embeddings refusals, by vLLM's names (its chat_message and
+# content_parser modules export them, and its tests match on them).
+ENABLE_PROMPT_EMBEDS_ERROR: Final[str] = (
+    "You must set `--enable-prompt-embeds` to input `prompt_embeds`"
+)
+PROMPT_EMBEDS_MISSING_DATA_ERROR: Final[str] = (
+    "prompt_embeds content part requires a non-empty `data` field with base64-encoded tensor bytes."
+)
+RESERVED_PLACEHOLDER_IN_TEXT_ERROR: Final[str] = (
+    "Text content may not contain the reserved placeholder {token!r}. "
+    "This placeholder is used internally to mark `prompt_embeds` splice "
+    "positions in the tokenized prompt."
+)
+
+
 __all__ = [
     "AUDIO_IN_VIDEO_UUID_SUFFIX",
+    "ENABLE_PROMPT_EMBEDS_ERROR",
     "MODALITY_PLACEHOLDERS_MAP",
+    "PROMPT_EMBEDS_MISSING_DATA_ERROR",
     "PROMPT_EMBEDS_PLACEHOLDER_ID_PREFIX",
     "PROMPT_EMBEDS_PLACEHOLDER_TOKEN",
+    "RESERVED_PLACEHOLDER_IN_TEXT_ERROR",
     "BaseMultiModalContentParser",
     "make_prompt_embeds_placeholder",
     "use_audio_in_video_from",

@@ -36,6 +36,19 @@ def text_hidden_size(hf_config: Any) -> int | None:
     return None
 
 
+def prompt_embeds_width(model_config: Any) -> int | None:
+    """The width a prompt's embeddings must have for ``model_config``: vLLM's rule where its
+    config answers it (``word_embed_proj_dim`` of the text config, else ``get_hidden_size()``),
+    else :func:`text_hidden_size` of the HF config."""
+    get_hidden_size = getattr(model_config, "get_hidden_size", None)
+    if callable(get_hidden_size):
+        width = getattr(getattr(model_config, "hf_text_config", None), "word_embed_proj_dim", None)
+        width = get_hidden_size() if width is None else width
+        if isinstance(width, int):
+            return width
+    return text_hidden_size(getattr(model_config, "hf_config", None))
+
+
 def load_prompt_embeds(
     data: str, *, hidden_size: int | None, dtype: torch.dtype | None
 ) -> torch.Tensor:

@@ -139,11 +139,20 @@ def developer_as_system(
 class ModelChatTemplate:
     """The chat template a request renders with: the request's own, else the model's."""
 
-    def __init__(self, info: BaseProcessingInfo, chat_template: str | None = None) -> None:
+    def __init__(self, info: BaseProcessingInfo | None, chat_template: str | None = None) -> None:
         self._info = info
         self._override = chat_template
         self._placeholders: dict[tuple[str, int], str | None] = {}
         self._lock = threading.Lock()
+
+    def _model_info(self) -> BaseProcessingInfo:
+        if self._info is None:  # a text-only model under vLLM: its renderer owns the template
+            raise VLLMValidationError(
+                "the model has no multimodal processor to read its chat template from; pass "
+                "the template, and a content format other than 'auto'",
+                parameter="chat_template",
+            )
+        return self._info
 
     @property
     def source(self) -> str:
@@ -153,12 +162,13 @@ class ModelChatTemplate:
     @property
     def model_source(self) -> str:
         """The model's own template (the tokenizer's, else the HF processor's)."""
-        template = getattr(self._info.get_tokenizer(), "chat_template", None)
+        info = self._model_info()
+        template = getattr(info.get_tokenizer(), "chat_template", None)
         if not isinstance(template, str):
-            template = getattr(self._info.get_hf_processor(), "chat_template", None)
+            template = getattr(info.get_hf_processor(), "chat_template", None)
         if not isinstance(template, str):
             raise VLLMValidationError(
-                f"the model {self._info.model_id!r} has no chat template; pass one",
+                f"the model {info.model_id!r} has no chat template; pass one",
                 parameter="chat_template",
             )
         return template
@@ -202,14 +212,18 @@ class ModelChatTemplate:
         source = template if template is not None else self.source
         conversation = developer_as_system(conversation, source)
         try:
-            rendered = self._info.get_tokenizer().apply_chat_template(
-                list(conversation),
-                chat_template=source,
-                tokenize=False,
-                add_generation_prompt=add_generation_prompt,
-                continue_final_message=continue_final_message,
-                tools=list(tools) if tools is not None else None,
-                **extra,
+            rendered = (
+                self._model_info()
+                .get_tokenizer()
+                .apply_chat_template(
+                    list(conversation),
+                    chat_template=source,
+                    tokenize=False,
+                    add_generation_prompt=add_generation_prompt,
+                    continue_final_message=continue_final_message,
+                    tools=list(tools) if tools is not None else None,
+                    **extra,
+                )
             )
         except jinja2.TemplateSyntaxError as exc:
             raise VLLMValidationError(

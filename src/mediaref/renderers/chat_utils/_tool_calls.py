@@ -28,15 +28,18 @@ def _arguments(raw: Any) -> dict[str, Any]:
         try:
             parsed = json.loads(raw)
         except json.JSONDecodeError:
+            # vLLM's wording: its tests (and operators' log filters) look for it.
             logger.warning(
-                "Tool call has arguments that are not valid JSON (%d chars); using an empty "
-                "object so the conversation can continue.",
+                "Tool call has arguments that are not valid JSON (%d chars); coercing to an "
+                "empty object so the conversation can continue.",
                 len(raw),
             )
             return {}
+    if parsed is None:
+        return {}  # JSON null: nothing to warn about, as in vLLM
     if not isinstance(parsed, dict):
         logger.warning(
-            "Tool call arguments decoded to %s, not a JSON object; using an empty object.",
+            "Tool call arguments decoded to %s, not a JSON object; coercing to an empty object.",
             type(parsed).__name__,
         )
         return {}

@@ -40,12 +40,14 @@ from mediaref.renderers.chat_utils._model import (
 )
 from mediaref.renderers.chat_utils._parser_base import (
     AUDIO_IN_VIDEO_UUID_SUFFIX,
+    ENABLE_PROMPT_EMBEDS_ERROR,
+    PROMPT_EMBEDS_MISSING_DATA_ERROR,
     PROMPT_EMBEDS_PLACEHOLDER_TOKEN,
     BaseMultiModalContentParser,
     use_audio_in_video_from,
 )
 from mediaref.renderers.chat_utils._parts import PartFieldError
-from mediaref.renderers.chat_utils._prompt_embeds import load_prompt_embeds, text_hidden_size
+from mediaref.renderers.chat_utils._prompt_embeds import load_prompt_embeds, prompt_embeds_width
 from mediaref.renderers.chat_utils.types import InputAudio, ModalityStr, MultiModalEmbedsPayload
 
 _Item_contra = TypeVar("_Item_contra", contravariant=True)
@@ -217,18 +219,16 @@ class TrackedContentParser(BaseMultiModalContentParser):
         """
         if not prompt_embeds_enabled(self.model_config):
             raise VLLMValidationError(
-                "You must set `--enable-prompt-embeds` to input `prompt_embeds`",
+                ENABLE_PROMPT_EMBEDS_ERROR,
                 parameter="prompt_embeds",
             )
         if not isinstance(data, str) or not data:
-            raise VLLMValidationError(
-                "prompt_embeds needs a non-empty base64 `data` string", parameter="prompt_embeds"
-            )
-        info = self._tracker.processing_info
-        dtype = config_dtype(self.model_config)
+            raise VLLMValidationError(PROMPT_EMBEDS_MISSING_DATA_ERROR, parameter="prompt_embeds")
+        model_config = self.model_config
+        dtype = config_dtype(model_config)
 
         def run() -> object:
-            hidden_size = text_hidden_size(info.get_hf_config())
+            hidden_size = prompt_embeds_width(model_config)
             return load_prompt_embeds(data, hidden_size=hidden_size, dtype=dtype)
 
         self._track("prompt_embeds", PendingItem(RunOffLoop(run), None))

@@ -37,6 +37,10 @@ from mediaref.renderers.chat_utils._message import (
     parse_chat_message_content,
     parse_chat_message_content_parts,
 )
+from mediaref.renderers.chat_utils._parser_base import (
+    PROMPT_EMBEDS_MISSING_DATA_ERROR,
+    RESERVED_PLACEHOLDER_IN_TEXT_ERROR,
+)
 from mediaref.renderers.chat_utils._parts import (
     MM_PARSER_MAP,
     PART_TYPES_TO_SKIP_NONE_CONTENT,
@@ -210,6 +214,12 @@ async def parse_chat_messages_async(
     )
     mm_data, mm_uuids = await tracker.resolve_items()
     return conversation, mm_data, mm_uuids
+
+
+# vLLM's private names for what lives elsewhere here (its tests import them from this module).
+_PROMPT_EMBEDS_MISSING_DATA_ERROR = PROMPT_EMBEDS_MISSING_DATA_ERROR
+_RESERVED_PLACEHOLDER_IN_TEXT_ERROR = RESERVED_PLACEHOLDER_IN_TEXT_ERROR
+_postprocess_messages = normalize_tool_calls
 
 
 __all__ = [

@@ -18,13 +18,17 @@ since the processor cache keys items by UUID and the two items' outputs differ.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+import torch
 
 from mediaref.media import MEDIA_CONNECTOR_REGISTRY, MediaConnector
 from mediaref.renderers.chat_utils._loads import PendingItem
 from mediaref.renderers.chat_utils._parser_base import (
     AUDIO_IN_VIDEO_UUID_SUFFIX,
+    ENABLE_PROMPT_EMBEDS_ERROR,
     MODALITY_PLACEHOLDERS_MAP,
     PROMPT_EMBEDS_PLACEHOLDER_ID_PREFIX,
     PROMPT_EMBEDS_PLACEHOLDER_TOKEN,
@@ -65,6 +69,19 @@ class AsyncMultiModalContentParser(TrackedContentParser):
 
     def _track(self, modality: ModalityStr, item: PendingItem) -> str | None:
         return self._tracker.add(modality, item.resolve_async)
+
+
+_ENABLE_PROMPT_EMBEDS_ERROR = ENABLE_PROMPT_EMBEDS_ERROR  # vLLM's name for it, here
+
+
+async def _load_embeds_dict(
+    data: dict[str, Any], fetch: Callable[[str], Awaitable[torch.Tensor]]
+) -> dict[str, Any]:
+    """An embeddings dict with each base64 string value fetched into a tensor (all at once) and
+    every other value (JSON metadata such as a grid) kept as it is: vLLM's helper, by its name."""
+    encoded = [key for key, value in data.items() if isinstance(value, str)]
+    tensors = await asyncio.gather(*(fetch(data[key]) for key in encoded))
+    return {**data, **dict(zip(encoded, tensors, strict=True))}
 
 
 __all__ = [

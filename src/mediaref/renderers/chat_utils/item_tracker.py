@@ -50,6 +50,7 @@ from mediaref.processing import BaseMultiModalProcessor
 from mediaref.processing.context import BaseProcessingInfo, ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY, MultiModalRegistry
 from mediaref.renderers.chat_utils import _model
+from mediaref.renderers.chat_utils._embeds import parse_metadata_array
 from mediaref.renderers.chat_utils._loads import PendingItem
 from mediaref.renderers.chat_utils._resolve import resolve_tracked_items
 from mediaref.renderers.chat_utils._template import ModelChatTemplate, ModelPlaceholders
@@ -63,6 +64,8 @@ from mediaref.renderers.chat_utils.content_parser import (
 from mediaref.renderers.chat_utils.types import ModalityStr
 
 _T = TypeVar("_T")
+
+_parse_metadata_array = parse_metadata_array  # vLLM's name for it, here
 _ResolvedItems: TypeAlias = tuple["MultiModalDataDict | None", "MultiModalUUIDDict | None"]
 
 _CPU_BOUND_MODALITIES = frozenset({"image_embeds", "audio_embeds", "video_embeds", "vision_chunk"})
@@ -90,7 +93,16 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
         if isinstance(media_io_kwargs, MediaConnector):
             raise TypeError("the second argument is media_io_kwargs; pass connector= by keyword")
         super().__init__()
-        self._info = _model.resolve_processing_info(model_config)
+        # A text-only model (no processor) parses text and prompt embeddings; a media item is
+        # refused when added (_media_info), as vLLM refuses it when it asks for the processor.
+        self._info: BaseProcessingInfo | None = (
+            None
+            if _model.takes_no_media(model_config)
+            else _model.resolve_processing_info(model_config)
+        )
+        self._model_config: ModelConfig = (
+            cast(ModelConfig, model_config) if self._info is None else self._info.ctx.model_config
+        )
         self._media_io_kwargs = media_io_kwargs
         self._connector = connector
         self._limit_mm_per_prompt = dict(limit_mm_per_prompt or {})
@@ -109,15 +121,27 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
 
     @property
     def model_config(self) -> ModelConfig:
-        return self._info.ctx.model_config
+        return self._model_config
 
     @property
     def processing_info(self) -> BaseProcessingInfo:
+        return self._media_info("multimodal")
+
+    def _media_info(self, modality: str) -> BaseProcessingInfo:
+        """The processing info, for what needs the model's processor; a model without one
+        takes no ``modality`` input (a client error)."""
+        if self._info is None:
+            raise VLLMValidationError(
+                f"the model takes no {modality} input: it has no multimodal processor",
+                parameter=modality,
+            )
         return self._info
 
     @functools.cached_property
     def use_unified_vision_chunk_modality(self) -> bool:
         """Whether the model takes images and videos as one ``vision_chunk`` modality."""
+        if self._info is None:
+            return False
         return bool(getattr(self._info.get_hf_config(), "use_unified_vision_chunk", False))
 
     @functools.cached_property
@@ -127,7 +151,7 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
         The model class registered with ``MULTIMODAL_REGISTRY.register_processor`` when it has
         that classmethod (a model ported from vLLM), else :class:`ModelPlaceholders`.
         """
-        registered = _model.registered_model_cls(self._info)
+        registered = _model.registered_model_cls(self._media_info("multimodal"))
         if callable(getattr(registered, "get_placeholder_str", None)):
             return registered
         return ModelPlaceholders(self.chat_template)
@@ -139,13 +163,14 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
     @functools.cached_property
     def mm_processor(self) -> Any:
         """The model's multimodal processor, over this tracker's processing info (no reload)."""
+        info = self._media_info("multimodal")
         factories = self.mm_registry.get_factories(self.model_config)
-        return factories.processor(self._info, factories.dummy_inputs(self._info))
+        return factories.processor(info, factories.dummy_inputs(info))
 
     @property
     def video_processor_name(self) -> str | None:
         """The class name of the model's HF video processor (None: it has none)."""
-        return self._info.get_video_processor_name()
+        return None if self._info is None else self._info.get_video_processor_name()
 
     # -- settings --------------------------------------------------------------------------------
 
@@ -181,7 +206,7 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
             return self._media_ios[modality]
         kwargs = dict((self._media_io_kwargs or {}).get(modality, {}))
         try:
-            media_io = self._info.get_media_io(modality, kwargs)
+            media_io = self._media_info(modality).get_media_io(modality, kwargs)
         except VLLMValidationError:
             raise
         except (TypeError, ValueError) as exc:
@@ -206,11 +231,12 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
         return min(present) if present else None
 
     def _supported_limits(self, modality: str) -> Mapping[str, int | None]:
-        supported = self._info.get_supported_mm_limits()
+        info = self._media_info(modality)
+        supported = info.get_supported_mm_limits()
         if modality not in supported:
             accepted = ", ".join(sorted(supported)) or "none"
             raise VLLMValidationError(
-                f"the model {self._info.model_id!r} does not accept {modality} input "
+                f"the model {info.model_id!r} does not accept {modality} input "
                 f"(it accepts: {accepted})"
             )
         return supported
@@ -249,7 +275,7 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
             and _model.configured_limit(self.model_config, limited) == 0
         ):
             return  # with embeddings on, a modality whose raw input is off still takes them
-        self._info.validate_num_items(limited, count)
+        self._media_info(limited).validate_num_items(limited, count)
         request_limit = self._limit_mm_per_prompt.get(limited)
         if request_limit is not None and count > request_limit:
             raise VLLMValidationError(
