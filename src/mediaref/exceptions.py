@@ -17,8 +17,7 @@
 
 ``VLLMError``, ``VLLMClientError`` and ``VLLMServerError`` are vLLM's (``vllm/exceptions.py``): a
 serving layer that dispatches on them (client error: 4xx, server error: 5xx) handles mediaref's
-errors unchanged. The rest of vLLM's classes are here too (mediaref raises none of them), so that
-with mediaref in place this module is ``vllm.exceptions`` (:mod:`mediaref.vllm_hook`). ``VLLMValidationError`` and ``VLLMUnprocessableEntityError`` take vLLM's
+errors unchanged. ``VLLMValidationError`` and ``VLLMUnprocessableEntityError`` take vLLM's
 ``parameter=`` and ``value=`` and, as vLLM's do, append them to the message when set
 (``"bad input (parameter=image_url, value=...)"``).
 
@@ -43,8 +42,6 @@ exception, so without it every failed fetch leaves a cycle for the garbage colle
 
 from __future__ import annotations
 
-from http import HTTPStatus
-
 _DATA_URL_PREVIEW_CHARS = 48
 
 
@@ -65,92 +62,6 @@ class VLLMClientError(VLLMError):
 
 class VLLMServerError(VLLMError):
     """An error the server caused (HTTP 5xx)."""
-
-
-# -- the rest of vLLM 0.33's ``vllm/exceptions.py`` ---------------------------------------------
-# mediaref raises none of these. They are here so that, with mediaref in place of vLLM's layer,
-# ``vllm.exceptions`` can be this module (mediaref.vllm_hook): vLLM's code and mediaref's then
-# raise and catch one set of classes, and vLLM's servers map mediaref's errors by class (a
-# ``VLLMValidationError`` keeps its ``param``), not by a ``ValueError`` fallback.
-
-
-class VLLMNotFoundError(VLLMClientError):
-    """Something the request names does not exist (HTTP 404)."""
-
-
-class ChatTemplateResolutionError(VLLMClientError):
-    """No chat template could be resolved for the request."""
-
-
-class LoRAAdapterNotFoundError(VLLMNotFoundError):
-    """A requested LoRA adapter was not found at its path."""
-
-    message: str
-
-    def __init__(self, lora_name: str, lora_path: str) -> None:
-        self.message = f"Loading lora {lora_name} failed: No adapter found for {lora_path}"
-        super().__init__(self.message)
-
-    def __str__(self) -> str:
-        return self.message
-
-
-class GenerationError(VLLMServerError):
-    """Generation failed on the server; ``status_code`` is the HTTP status to answer (500)."""
-
-    def __init__(self, message: str = "Internal server error") -> None:
-        super().__init__(message)
-        self.status_code = HTTPStatus.INTERNAL_SERVER_ERROR
-
-
-class RetryableRequestError(GenerationError):
-    """A generation failure worth retrying (HTTP 503)."""
-
-    def __init__(self, message: str = "Request failed; please retry") -> None:
-        super().__init__(message)
-        self.status_code = HTTPStatus.SERVICE_UNAVAILABLE
-
-
-class GracefulHTTPError(VLLMError):
-    """An expected refusal (admission control, say) answered with its own ``http_status``."""
-
-    def __init__(self, message: str, http_status: HTTPStatus) -> None:
-        super().__init__(message)
-        self.message = message
-        self.http_status = http_status
-
-
-class QueueOverflowError(GracefulHTTPError):
-    """The engine's queue is full (HTTP 503, so a balancer retries elsewhere)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "The engine is currently busy and cannot accept new requests. "
-            "Please try again later or on a different instance.",
-            HTTPStatus.SERVICE_UNAVAILABLE,
-        )
-
-
-class MaxQueuedTokensError(GracefulHTTPError):
-    """The engine's prefill backlog is at its limit (HTTP 503)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "The engine has reached its prefill token backlog limit. "
-            "Please try again later or on a different instance.",
-            HTTPStatus.SERVICE_UNAVAILABLE,
-        )
-
-
-class ProfilerAlreadyActiveError(GracefulHTTPError):
-    """A profiling session is already running (HTTP 409)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "A profiling session is already active. Call /stop_profile before "
-            "starting another session.",
-            HTTPStatus.CONFLICT,
-        )
 
 
 def _with_parameter(message: str, parameter: str | None, value: object) -> str:
@@ -299,11 +210,6 @@ def release_frames(error: BaseException) -> None:
 
 
 __all__ = [
-    "ChatTemplateResolutionError",
-    "GenerationError",
-    "GracefulHTTPError",
-    "LoRAAdapterNotFoundError",
-    "MaxQueuedTokensError",
     "MediaClientError",
     "MediaNotAllowedError",
     "MediaNotFoundError",
@@ -312,12 +218,8 @@ __all__ = [
     "MediaServerError",
     "MediaTimeoutError",
     "MediaTooLargeError",
-    "ProfilerAlreadyActiveError",
-    "QueueOverflowError",
-    "RetryableRequestError",
     "VLLMClientError",
     "VLLMError",
-    "VLLMNotFoundError",
     "VLLMServerError",
     "VLLMUnprocessableEntityError",
     "VLLMValidationError",
