@@ -78,7 +78,7 @@ def _python(
     tmp: Path, args: list[str], python: str = sys.executable, **env: str
 ) -> subprocess.CompletedProcess[str]:
     settings = {**os.environ, "PYTHONPATH": str(tmp)}
-    settings.pop("MEDIAREF_VLLM_LAUNCHED", None)  # this test's own process was not launched
+    settings.pop("MEDIAREF_IMPORT_HOOK_INHERITED", None)  # this test's own process was not launched
     settings.update(env)
     return subprocess.run(
         [python, *args],

@@ -116,7 +116,7 @@ print("REQUESTS " + json.dumps(out))
 def engine_requests(mode: str) -> dict[str, dict[str, object]]:
     assert VLLM_PYTHON is not None
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
-    env.pop("MEDIAREF_VLLM_LAUNCHED", None)
+    env.pop("MEDIAREF_IMPORT_HOOK_INHERITED", None)
     result = subprocess.run(
         [VLLM_PYTHON, "-c", BUILD_REQUESTS, mode],
         capture_output=True,

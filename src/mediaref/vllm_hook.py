@@ -25,7 +25,7 @@ one inherits it. A spawned one (vLLM spawns once CUDA is initialized, or when
 bootstrap first re-runs the parent's main script (the ``mediaref-vllm`` console script, which
 imports this module) and only then unpickles its target (which imports
 ``vllm/v1/engine/core.py``, and with it ``vllm.multimodal.cache``). :func:`launch` marks the
-environment (``MEDIAREF_VLLM_LAUNCHED=1``), and this module, imported in a process so marked,
+environment (``MEDIAREF_IMPORT_HOOK_INHERITED=1``), and this module, imported in a process so marked,
 installs the hook at once: before vLLM's layer, as vLLM's own ``general_plugins`` could not
 (an engine core loads them after importing ``vllm.multimodal.cache``).
 """
@@ -50,7 +50,7 @@ ALIASES = {
 }
 """vLLM's package -> the mediaref package mirroring it (its modules at the same paths)."""
 
-LAUNCHED_ENV = "MEDIAREF_VLLM_LAUNCHED"
+LAUNCHED_ENV = "MEDIAREF_IMPORT_HOOK_INHERITED"
 """Set to ``1`` by :func:`launch`: the processes it starts install the hook when they import
 this module (see the module docstring)."""
 

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from mediaref.serve.service import RenderService
 
-MIRRORED_VLLM_VERSION = "0.33.0"
+MIRRORED_VERSION = "0.33.0"
 """The vLLM release whose render server this one mirrors."""
 
 
@@ -79,7 +79,7 @@ def add_info_routes(
 ) -> None:
     """Register the routes of the module docstring on ``app``."""
     created = int(time.time())
-    version = {"version": MIRRORED_VLLM_VERSION, "mediaref_version": _mediaref_version()}
+    version = {"version": MIRRORED_VERSION, "mediaref_version": _mediaref_version()}
 
     async def models(request: web.Request) -> web.Response:
         return web.json_response(models_list(service, created))
@@ -104,4 +104,4 @@ def add_info_routes(
     app.router.add_get("/kv_event_sources", kv_event_sources)
 
 
-__all__ = ["MIRRORED_VLLM_VERSION", "add_info_routes", "models_list"]
+__all__ = ["MIRRORED_VERSION", "add_info_routes", "models_list"]
