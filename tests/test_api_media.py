@@ -28,6 +28,7 @@ from _http_server import MediaServer
 from _image_samples import encode, semi_transparent_rgba
 from mediaref.exceptions import (
     MediaClientError,
+    MediaNotImplementedError,
     MediaServerError,
     MediaTooLargeError,
     VLLMClientError,
@@ -53,6 +54,42 @@ def test_errors_follow_vllms_client_server_split() -> None:
     assert issubclass(MediaServerError, VLLMServerError)
     assert issubclass(VLLMClientError, VLLMError) and issubclass(VLLMServerError, VLLMError)
     assert issubclass(VLLMValidationError, ValueError)  # older vLLM servers map ValueError to 400
+    assert issubclass(VLLMUnprocessableEntityError, ValueError)
+
+
+def test_unprocessable_entity_is_not_a_validation_error_as_in_vllm() -> None:
+    # vLLM's create_error_response checks VLLMValidationError (400) before
+    # VLLMUnprocessableEntityError (422): were the second a subclass of the first, every 422
+    # would be answered 400 once mediaref's classes stand for vllm.exceptions.
+    assert not issubclass(VLLMUnprocessableEntityError, VLLMValidationError)
+    assert not issubclass(VLLMValidationError, VLLMUnprocessableEntityError)
+
+
+def test_not_implemented_is_outside_vllms_client_server_split() -> None:
+    # vLLM answers a NotImplementedError 501 only after its client and server classes and its
+    # ValueError fallback: a data: URL not in base64 must be none of those to keep vLLM's 501.
+    assert issubclass(MediaNotImplementedError, NotImplementedError)
+    for other in (VLLMClientError, VLLMServerError, ValueError):
+        assert not issubclass(MediaNotImplementedError, other)
+    error = MediaNotImplementedError("Only base64 data URLs are supported", url="data:,x")
+    assert (error.status_code, error.url) == (501, "data:,x")
+
+
+def test_the_rest_of_vllms_exception_classes_are_here() -> None:
+    import mediaref.exceptions as errors
+
+    assert issubclass(errors.LoRAAdapterNotFoundError, errors.VLLMNotFoundError)
+    assert issubclass(errors.VLLMNotFoundError, VLLMClientError)
+    assert issubclass(errors.ChatTemplateResolutionError, VLLMClientError)
+    assert errors.RetryableRequestError().status_code == 503
+    assert errors.GenerationError().status_code == 500
+    assert str(errors.LoRAAdapterNotFoundError("a", "/p")) == (
+        "Loading lora a failed: No adapter found for /p"
+    )
+    assert errors.QueueOverflowError().http_status == 503
+    assert errors.MaxQueuedTokensError().http_status == 503
+    assert errors.ProfilerAlreadyActiveError().http_status == 409
+    assert not issubclass(errors.GracefulHTTPError, (VLLMClientError, VLLMServerError))
 
 
 def test_unprocessable_entity_takes_vllms_parameter_and_value() -> None:

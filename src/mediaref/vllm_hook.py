@@ -8,6 +8,8 @@ MODEL``) with :func:`install` called first. The hook answers the imports of
 - ``vllm.renderers.chat_utils`` and its modules with :mod:`mediaref.renderers.chat_utils`, and
 - the render server's writer of processed items (``...token_in_token_out.mm_serde``) with
   :mod:`mediaref.vllm_mm_serde` (the same bytes; a repeated item is encoded once),
+- ``vllm.exceptions`` with :mod:`mediaref.exceptions` (vLLM's classes, mediaref's errors among
+  them: vLLM's servers map mediaref's errors by class, its code catches them by name),
 
 so vLLM's renderers, model files and servers parse chat media into mediaref's lazy refs and run
 mediaref's processors, caches and connector. A module mediaref leaves out (the GPU-only
@@ -45,6 +47,7 @@ __all__ = ["ALIASES", "LAUNCHED_ENV", "install", "installed", "launch", "main"]
 
 ALIASES = {
     "vllm.multimodal": "mediaref",
+    "vllm.exceptions": "mediaref.exceptions",
     "vllm.renderers.chat_utils": "mediaref.renderers.chat_utils",
     "vllm.entrypoints.scale_out.token_in_token_out.mm_serde": "mediaref.vllm_mm_serde",
 }

@@ -27,6 +27,7 @@ from jinja2 import TemplateError
 from mediaref.exceptions import (
     MediaRefError,
     VLLMClientError,
+    VLLMUnprocessableEntityError,
     VLLMValidationError,
     release_frames,
 )
@@ -101,7 +102,11 @@ def error_response_for(
         message = str(exc) or type(exc).__name__
     message = public(message)
     client_error_log.info("refused %d%s: %s", status, where, message[:300])
-    param = exc.parameter if isinstance(exc, VLLMValidationError) else None
+    param = (
+        exc.parameter
+        if isinstance(exc, (VLLMValidationError, VLLMUnprocessableEntityError))
+        else None
+    )
     return status, error_body(status, message, param)
 
 

@@ -9,6 +9,7 @@ raised                             public error
 ``RefusedError`` (policy)          ``MediaNotAllowedError`` 403 (``AddressRefusedError``: the
                                    host only, never the non-public address it resolved to)
 ``TooLargeError`` (caps, budget)   ``MediaTooLargeError`` 413
+``MediaNotImplementedError``       itself, 501: a ``data:`` URL not in base64 (as vLLM)
 ``HTTPStatusError``                404/410 -> ``MediaNotFoundError``; 408 -> ``MediaTimeoutError``;
                                    other 4xx but 429 -> ``MediaClientError``; 429, 5xx ->
                                    ``MediaServerError``
@@ -51,6 +52,7 @@ from mediaref.exceptions import (
     MediaClientError,
     MediaNotAllowedError,
     MediaNotFoundError,
+    MediaNotImplementedError,
     MediaRefError,
     MediaServerError,
     MediaTimeoutError,
@@ -172,6 +174,8 @@ def _client_error(exc: Any) -> _Verdict:
 # The table: the first row whose type matches wins, so narrower types come first.
 _TABLE: tuple[tuple[type[BaseException], Callable[[Any], _Verdict]], ...] = (
     (RefusedError, lambda e: (MediaNotAllowedError, _text(e))),
+    # Raised public by the data: URL parser (no longer a ValueError: vLLM answers it 501).
+    (MediaNotImplementedError, lambda e: (MediaNotImplementedError, _text(e))),
     (TooLargeError, lambda e: (MediaTooLargeError, _text(e))),
     (
         HTTPStatusError,
