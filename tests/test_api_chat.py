@@ -419,6 +419,18 @@ def test_prompt_embeds_of_the_wrong_shape_or_dtype_are_a_400(
     assert info.value.parameter == "prompt_embeds"
 
 
+@pytest.mark.parametrize(
+    "part", [{"type": "prompt_embeds"}, {"type": "prompt_embeds", "uuid": "u"}]
+)
+def test_prompt_embeds_without_data_are_refused_in_vllms_words(
+    prompt_embeds_info: BaseProcessingInfo, part: dict[str, str]
+) -> None:
+    # vLLM's tests match its message; a UUID does not stand in for prompt embeddings.
+    with pytest.raises(VLLMValidationError, match="requires a non-empty `data` field") as info:
+        parse_chat_messages(user(part), prompt_embeds_info, "openai")
+    assert info.value.parameter == "messages[0].content[0].data"
+
+
 def test_prompt_embeds_need_enabling_and_their_token_is_reserved(
     vl_info: BaseProcessingInfo, prompt_embeds_info: BaseProcessingInfo
 ) -> None:
@@ -705,3 +717,27 @@ def test_a_template_that_knows_the_developer_role_gets_it_as_it_is(
     conversation = [{"role": "developer", "content": "x"}, {"role": "user", "content": "y"}]
     prompt = chat_utils.apply_chat_template(vl_info, conversation, chat_template=template)
     assert prompt == "[dev]developer:x;user:y;"
+
+
+def test_text_parses_with_a_parser_not_built_on_mediarefs_base() -> None:
+    # vLLM's tests hand parse_chat_message_content a tracker whose parser answers only what
+    # vLLM's code reads (model_config, mm_placeholder_storage); mediaref's own bookkeeping of
+    # unplaced items is not asked of it.
+    from types import SimpleNamespace
+
+    from mediaref.renderers.chat_utils import parse_chat_message_content
+
+    parser = SimpleNamespace(
+        model_config=SimpleNamespace(enable_prompt_embeds=False),
+        mm_placeholder_storage=dict,
+        unplaced_modalities=["image"],  # not mediaref's list: not read
+    )
+    tracker = SimpleNamespace(create_parser=lambda **_: parser)
+    [message] = parse_chat_message_content(
+        {"role": "assistant", "content": "4", "reasoning": "2+2"},
+        tracker,  # type: ignore[arg-type]
+        content_format="string",
+        interleave_strings=False,
+    )
+    assert message["content"] == "4"
+    assert message.get("reasoning_content") == "2+2"

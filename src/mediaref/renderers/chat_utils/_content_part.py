@@ -14,7 +14,10 @@ from typing import Any
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.renderers.chat_utils import _model
-from mediaref.renderers.chat_utils._parser_base import RESERVED_PLACEHOLDER_IN_TEXT_ERROR
+from mediaref.renderers.chat_utils._parser_base import (
+    PROMPT_EMBEDS_MISSING_DATA_ERROR,
+    RESERVED_PLACEHOLDER_IN_TEXT_ERROR,
+)
 from mediaref.renderers.chat_utils._parts import (
     MM_PARSER_MAP,
     PART_FIELD,
@@ -71,7 +74,11 @@ def _part_uuid(part: Mapping[str, Any]) -> str | None:
 
 
 def _require_media(part_type: str, content: Any, uuid: str | None) -> None:
-    """A media part needs its media, or a UUID naming media the server has seen before."""
+    """A media part needs its media, or a UUID naming media the server has seen before.
+
+    Prompt embeddings are never cached by UUID: their data is required, with vLLM's message."""
+    if part_type == "prompt_embeds" and not content:
+        raise VLLMValidationError(PROMPT_EMBEDS_MISSING_DATA_ERROR, parameter="prompt_embeds")
     if uuid is not None:
         return
     field = PART_FIELD[part_type]

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.renderers.chat_utils._content_part import parse_chat_message_content_part
+from mediaref.renderers.chat_utils._parser_base import BaseMultiModalContentParser
 from mediaref.renderers.chat_utils._text_prompt import get_full_multimodal_text_prompt
 from mediaref.renderers.chat_utils.item_tracker import BaseMultiModalItemTracker
 from mediaref.renderers.chat_utils.types import (
@@ -55,8 +56,12 @@ def parse_chat_message_content_parts(
             content.append(parsed)
     if wrap_dicts:
         return [ConversationMessage(role=role, content=content)]
-    if mm_parser.unplaced_modalities:
-        modality = mm_parser.unplaced_modalities[0]
+    # A parser not built on mediaref's base (vLLM's tests hand in a mock) tracks no such list.
+    unplaced = (
+        mm_parser.unplaced_modalities if isinstance(mm_parser, BaseMultiModalContentParser) else ()
+    )
+    if unplaced:
+        modality = unplaced[0]
         raise VLLMValidationError(
             f"the model has no placeholder for {modality} items, so string-format content "
             "cannot place them (its chat template writes none)",

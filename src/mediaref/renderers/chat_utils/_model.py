@@ -38,6 +38,15 @@ def takes_no_media(model: ModelLike) -> bool:
     return getattr(model, "is_multimodal_model", True) is False
 
 
+def check_model_like(model: object) -> None:
+    """A TypeError unless ``model`` is a processing info, mediaref's ModelConfig, or vLLM's own
+    (vLLM's chat parsing hands it over when vLLM runs on mediaref): the registry reads each."""
+    if not isinstance(model, (BaseProcessingInfo, ModelConfig)) and not hasattr(model, "hf_config"):
+        raise TypeError(
+            f"expected a ModelConfig or a BaseProcessingInfo, got {type(model).__name__}"
+        )
+
+
 def resolve_processing_info(model: ModelLike) -> BaseProcessingInfo:
     """The processing info of ``model``; for a config, one kept per distinct config.
 
@@ -46,12 +55,7 @@ def resolve_processing_info(model: ModelLike) -> BaseProcessingInfo:
     """
     if isinstance(model, BaseProcessingInfo):
         return model
-    # mediaref's ModelConfig, or vLLM's own (vLLM's chat parsing hands it over when vLLM runs
-    # on mediaref): the registry reads either.
-    if not isinstance(model, ModelConfig) and not hasattr(model, "hf_config"):
-        raise TypeError(
-            f"expected a ModelConfig or a BaseProcessingInfo, got {type(model).__name__}"
-        )
+    check_model_like(model)
     memo_key = repr(model)  # the config's dataclass repr carries every field's value
     with _info_memo_lock:
         info = _info_memo.get(memo_key)
@@ -137,6 +141,7 @@ __all__ = [
     "ModelLike",
     "allowed_local_media_path",
     "allowed_media_domains",
+    "check_model_like",
     "config_dtype",
     "config_media_io_kwargs",
     "configured_limit",

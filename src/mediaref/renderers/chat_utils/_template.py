@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jinja2
@@ -139,11 +139,22 @@ def developer_as_system(
 class ModelChatTemplate:
     """The chat template a request renders with: the request's own, else the model's."""
 
-    def __init__(self, info: BaseProcessingInfo | None, chat_template: str | None = None) -> None:
-        self._info = info
+    def __init__(
+        self,
+        info: BaseProcessingInfo | Callable[[], BaseProcessingInfo | None] | None,
+        chat_template: str | None = None,
+    ) -> None:
+        # A callable is asked on first need (the tracker resolves the model's processing info
+        # only when something needs it, as vLLM's resolves its processor).
+        self._info_source = info
         self._override = chat_template
         self._placeholders: dict[tuple[str, int], str | None] = {}
         self._lock = threading.Lock()
+
+    @property
+    def _info(self) -> BaseProcessingInfo | None:
+        source = self._info_source
+        return source if source is None or isinstance(source, BaseProcessingInfo) else source()
 
     def _model_info(self) -> BaseProcessingInfo:
         if self._info is None:  # a text-only model under vLLM: its renderer owns the template

@@ -23,10 +23,9 @@ import asyncio
 import functools
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Generic, TypeAlias, TypeVar, cast
 
-from mediaref import envs
 from mediaref.exceptions import VLLMValidationError, release_frames
 from mediaref.inputs import (
     MultiModalBatchedField,
@@ -50,6 +49,7 @@ from mediaref.processing import BaseMultiModalProcessor
 from mediaref.processing.context import BaseProcessingInfo, ModelConfig
 from mediaref.registry import MULTIMODAL_REGISTRY, MultiModalRegistry
 from mediaref.renderers.chat_utils import _model
+from mediaref.renderers.chat_utils._bounded_loads import items_at_once, run_bounded
 from mediaref.renderers.chat_utils._embeds import parse_metadata_array
 from mediaref.renderers.chat_utils._loads import PendingItem
 from mediaref.renderers.chat_utils._resolve import resolve_tracked_items
@@ -93,20 +93,17 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
         if isinstance(media_io_kwargs, MediaConnector):
             raise TypeError("the second argument is media_io_kwargs; pass connector= by keyword")
         super().__init__()
-        # A text-only model (no processor) parses text and prompt embeddings; a media item is
-        # refused when added (_media_info), as vLLM refuses it when it asks for the processor.
-        self._info: BaseProcessingInfo | None = (
-            None
-            if _model.takes_no_media(model_config)
-            else _model.resolve_processing_info(model_config)
-        )
+        _model.check_model_like(model_config)
+        self._model = model_config
         self._model_config: ModelConfig = (
-            cast(ModelConfig, model_config) if self._info is None else self._info.ctx.model_config
+            model_config.ctx.model_config
+            if isinstance(model_config, BaseProcessingInfo)
+            else model_config
         )
         self._media_io_kwargs = media_io_kwargs
         self._connector = connector
         self._limit_mm_per_prompt = dict(limit_mm_per_prompt or {})
-        self.chat_template = ModelChatTemplate(self._info, chat_template)
+        self.chat_template = ModelChatTemplate(lambda: self._info, chat_template)
         self._items_by_modality: defaultdict[str, list[_T]] = defaultdict(list)
         # The modality ("image"/"video") each vision_chunk item came as.
         self._modality_order: defaultdict[str, list[str]] = defaultdict(list)
@@ -122,6 +119,16 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
     @property
     def model_config(self) -> ModelConfig:
         return self._model_config
+
+    @functools.cached_property
+    def _info(self) -> BaseProcessingInfo | None:
+        """The model's processing info, resolved on first need, as vLLM's tracker resolves its
+        processor: building a tracker reads nothing of the model. None for a text-only model
+        (no processor): it parses text and prompt embeddings, and a media item is refused when
+        added (:meth:`_media_info`), as vLLM refuses it when it asks for the processor."""
+        if _model.takes_no_media(self._model):
+            return None
+        return _model.resolve_processing_info(self._model)
 
     @property
     def processing_info(self) -> BaseProcessingInfo:
@@ -288,6 +295,20 @@ class BaseMultiModalItemTracker(ABC, Generic[_T]):
         self._arrival.append((modality, len(items)))
         items.append(item)
 
+    def _request_order(self) -> list[tuple[str, int]]:
+        """``(modality, index)`` of every item, in request order. Items put straight into
+        ``_items_by_modality`` (vLLM's tests do) follow, in modality order."""
+        order = list(self._arrival)
+        if len(order) < sum(len(items) for items in self._items_by_modality.values()):
+            known = set(order)
+            order += [
+                (modality, index)
+                for modality, items in self._items_by_modality.items()
+                for index in range(len(items))
+                if (modality, index) not in known
+            ]
+        return order
+
     def _resolve(self, resolved: dict[str, list[tuple[object, str | None]]]) -> _ResolvedItems:
         return resolve_tracked_items(
             resolved, lambda: self.mm_processor, dict(self._modality_order)
@@ -317,7 +338,7 @@ class MultiModalItemTracker(BaseMultiModalItemTracker["tuple[object, str | None]
             modality: [(None, None)] * len(items)
             for modality, items in self._items_by_modality.items()
         }
-        for modality, index in self._arrival:
+        for modality, index in self._request_order():
             resolved[modality][index] = _as_pair(self._items_by_modality[modality][index])
         if "vision_chunk" in resolved:
             predecode(resolved["vision_chunk"])
@@ -331,12 +352,9 @@ class MultiModalItemTracker(BaseMultiModalItemTracker["tuple[object, str | None]
 
 class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[AsyncItem]):
     """Resolves its items concurrently, at most as many at once as a request may connect
-    (``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS``, 16; 0 or less: all at once).
-
-    An item is started only when one of those places is free: a request naming 32 URLs keeps 16
-    fetches alive, not 32 coroutines of which half wait for a connection (each a chain of frames
-    the garbage collector walks while it waits; the stalled requests of one client held
-    hundreds, and a full collection took 100 ms). After a failure no further item starts.
+    (``MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS``, 16; see :mod:`._bounded_loads`: the stalled
+    requests of one client held hundreds of waiting coroutines, and a full collection took
+    100 ms). After a failure no further item starts.
     """
 
     async def resolve_items(self) -> _ResolvedItems:
@@ -348,10 +366,10 @@ class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[AsyncItem]):
         """
         if not self._items_by_modality:
             return None, None
-        order = list(self._arrival)
-        results = await _run_bounded(
+        order = self._request_order()
+        results = await run_bounded(
             [self._items_by_modality[modality][index] for modality, index in order],
-            _items_at_once(len(order)),
+            items_at_once(len(order)),
         )
         failures = [result for result in results if isinstance(result, BaseException)]
         if failures:
@@ -375,36 +393,6 @@ class AsyncMultiModalItemTracker(BaseMultiModalItemTracker[AsyncItem]):
         self, mm_processor_kwargs: dict[str, Any] | None = None
     ) -> BaseMultiModalContentParser:
         return AsyncMultiModalContentParser(self, mm_processor_kwargs=mm_processor_kwargs)
-
-
-def _items_at_once(count: int) -> int:
-    bound = int(envs.MEDIAREF_MEDIA_REQUEST_MAX_CONNECTIONS)
-    return count if bound <= 0 else max(1, min(bound, count))
-
-
-async def _run_bounded(starts: list[Callable[[], Awaitable[Any]]], at_once: int) -> list[object]:
-    """Each ``start()``'s result or exception, in order, at most ``at_once`` running; after the
-    first exception nothing more starts (those never started are left None)."""
-    results: list[object] = [None] * len(starts)
-    running: dict[asyncio.Future[Any], int] = {}
-    next_start, failed = 0, False
-    try:
-        while running or (next_start < len(starts) and not failed):
-            while next_start < len(starts) and not failed and len(running) < at_once:
-                running[asyncio.ensure_future(starts[next_start]())] = next_start
-                next_start += 1
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                index = running.pop(task)
-                error = task.exception()
-                results[index] = error if error is not None else task.result()
-                failed = failed or error is not None
-    except BaseException:  # cancelled: so are the items still running, and awaited
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
-        raise
-    return results
 
 
 __all__ = [
