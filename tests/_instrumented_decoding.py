@@ -172,13 +172,13 @@ def make_inspecting_processor_class() -> type[Any]:
         hf_error: BaseException | None = None
 
         def apply_phase1(
-            self, inputs: ProcessorInputs, timing_ctx: Any = None
+            self, inputs: ProcessorInputs, timing_ctx: Any = None, **kwargs: Any
         ) -> MultiModalApplyState:
             cls = type(self)
             cls.phase1_started.set()
             if cls.phase1_gate is not None and not cls.phase1_gate.wait(WAIT_S):
                 raise TimeoutError("the test never opened the phase-1 gate")
-            state = super().apply_phase1(inputs, timing_ctx)
+            state = super().apply_phase1(inputs, timing_ctx, **kwargs)
             cls.states.append(state)
             return state
 

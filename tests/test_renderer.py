@@ -1,8 +1,8 @@
 """The renderer on its one-worker executor, on the real Qwen2-VL processor.
 
 What is pinned: on the async path another request completes while one request's decode is held
-(and on the blocking path it cannot); phase 2 re-derives the cache, so of A1 -> B -> A2 on one image
-A2 skips HF; cancellation, however often repeated, waits for running decodes before anything is
+(and on the blocking path it cannot); of A1 -> A2 on one new image A2 waits for A1's claim and
+decodes nothing, and past the wait phase 2 re-derives the cache and processes it itself; cancellation, however often repeated, waits for running decodes before anything is
 released and never blocks the event loop; the two-phase probe picks the path; warmup shares the
 worker and only logs its failures; the sync entry point, UUID-only items and UUID validation.
 """
@@ -92,35 +92,87 @@ async def test_request_b_completes_while_request_as_decode_is_blocked(
     assert not decoder_a.gate_timed_out
 
 
-async def test_a1_b_a2_on_one_image_a2_skips_hf(make_renderer: RendererFactory) -> None:
+async def test_a1_b_a2_on_one_image_a2_waits_for_a1_and_decodes_nothing(
+    make_renderer: RendererFactory,
+) -> None:
     processor_cls = make_inspecting_processor_class()
-    renderer = make_renderer(make_processor(processor_cls))
-    gate_a1, gate_a2 = threading.Event(), threading.Event()
+    processor = make_processor(processor_cls)
+    renderer = make_renderer(processor)
+    gate_a1 = threading.Event()
     ref_a1, decoder_a1 = instrumented_ref(image_bytes(110), gate=gate_a1)
-    ref_a2, decoder_a2 = instrumented_ref(image_bytes(110), gate=gate_a2)  # same image, new ref
+    ref_a2, decoder_a2 = instrumented_ref(image_bytes(110))  # same image, new ref
 
     task_a1 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a1)))
     assert await wait_event(decoder_a1.started)
+    # A2 misses the image too, while A1 holds its claim: it waits instead of decoding it again.
     task_a2 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a2)))
-    assert await wait_event(decoder_a2.started)  # phase 1 of A2 ran: the image was a miss then
-
-    gate_a1.set()
-    out_a1 = await asyncio.wait_for(task_a1, WAIT_S)  # fills the cache
     out_b = await asyncio.wait_for(
         renderer.process_multimodal_async(image_request(counted_ref(111))), WAIT_S
-    )
-    assert not task_a2.done()
-    gate_a2.set()
+    )  # the worker is free for others meanwhile
+    assert await still_pending_after_grace(task_a2)
+
+    gate_a1.set()
+    out_a1 = await asyncio.wait_for(task_a1, WAIT_S)  # fills the cache, releases the claim
     out_a2 = await asyncio.wait_for(task_a2, WAIT_S)
 
+    assert decoder_a2.calls == 0 and decoder_a1.calls == 1
     assert len(processor_cls.hf_calls) == 2  # A1 and B; A2 found A1's output in the cache
-    state_a1, state_a2, state_b = processor_cls.states
-    assert (state_a2.timings.num_hits, state_a2.timings.num_misses) == (1, 0)
-    assert (state_a1.timings.num_misses, state_b.timings.num_misses) == (1, 1)
+    # (hits, misses) of A1, A2 and B, whichever order their phases 1 ran in: A2 hit.
+    counts = sorted((s.timings.num_hits, s.timings.num_misses) for s in processor_cls.states)
+    assert counts == [(0, 1), (0, 1), (1, 0)]
     assert out_a2["mm_hashes"] == out_a1["mm_hashes"]
     assert_same_output(out_a2, out_a1)
     assert_same_output(out_b, reference_output([image_bytes(111)]))
     assert all(ref.is_released for state in processor_cls.states for ref in state.owned_refs)
+    assert processor.cache.item_claims.held == 0
+
+
+async def test_a_request_holding_a_claim_never_waits_for_another(
+    make_renderer: RendererFactory,
+) -> None:
+    # A2 misses X (A1's claim) and Y (its own): it decodes both rather than wait while holding Y,
+    # so no two requests can ever wait for each other.
+    renderer = make_renderer(make_processor())
+    gate_a1 = threading.Event()
+    ref_a1, decoder_a1 = instrumented_ref(image_bytes(113), gate=gate_a1)
+    ref_x, decoder_x = instrumented_ref(image_bytes(113))
+    ref_y, decoder_y = instrumented_ref(image_bytes(114))
+
+    task_a1 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a1)))
+    assert await wait_event(decoder_a1.started)
+    out_a2 = await asyncio.wait_for(
+        renderer.process_multimodal_async(image_request(ref_y, ref_x)), WAIT_S
+    )
+    assert (decoder_x.calls, decoder_y.calls) == (1, 1) and not task_a1.done()
+    assert_same_output(out_a2, reference_output([image_bytes(114), image_bytes(113)]))
+    gate_a1.set()
+    await asyncio.wait_for(task_a1, WAIT_S)
+
+
+async def test_a_waiter_whose_holder_outlasts_the_wait_processes_the_item_itself(
+    make_renderer: RendererFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Waiting is an optimization: past CLAIM_WAIT_S phase 2 finds the item still missing and
+    # decodes and processes it itself, as before claims (the re-derived cache state).
+    import mediaref.cache.claims as claims_module
+
+    monkeypatch.setattr(claims_module, "CLAIM_WAIT_S", 0.05)
+    processor_cls = make_inspecting_processor_class()
+    renderer = make_renderer(make_processor(processor_cls))
+    gate_a1 = threading.Event()
+    ref_a1, decoder_a1 = instrumented_ref(image_bytes(112), gate=gate_a1)
+    ref_a2, decoder_a2 = instrumented_ref(image_bytes(112))
+
+    task_a1 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a1)))
+    assert await wait_event(decoder_a1.started)
+    out_a2 = await asyncio.wait_for(
+        renderer.process_multimodal_async(image_request(ref_a2)), WAIT_S
+    )
+    assert decoder_a2.calls == 1 and not task_a1.done()
+    gate_a1.set()
+    out_a1 = await asyncio.wait_for(task_a1, WAIT_S)
+    assert_same_output(out_a2, out_a1)
+    assert_same_output(out_a1, reference_output([image_bytes(112)]))
 
 
 async def test_the_blocking_path_holds_the_worker_through_a_decode(

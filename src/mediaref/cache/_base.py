@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from mediaref.cache._errors import MultiModalCacheMissError
 from mediaref.cache._items import MultiModalProcessorCacheInItem, MultiModalProcessorCacheOutItem
 from mediaref.cache._lru import ByteBudgetLRU, GiB_bytes
+from mediaref.cache.claims import ItemClaims
 from mediaref.inputs import MultiModalKwargsItem
 
 logger = logging.getLogger(__name__)
@@ -125,6 +127,12 @@ class BaseMultiModalProcessorCache(
     @abstractmethod
     def is_cached_item(self, mm_hash: str) -> bool:
         """Whether ``mm_hash`` is stored. Does not change the eviction order."""
+
+    @functools.cached_property
+    def item_claims(self) -> ItemClaims:
+        """Who processes each item missing now (:mod:`mediaref.cache.claims`): in this process
+        by default; a cache over a store shared with other processes claims across them."""
+        return ItemClaims()
 
     def is_cached(self, mm_hashes: Sequence[str]) -> list[bool]:
         """For each hash, whether it is stored. Does not change the eviction order."""

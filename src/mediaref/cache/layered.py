@@ -23,6 +23,7 @@ entries that pass; an entry that passes yet does not decode is counted ``rejecte
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from mediaref.cache._base import BaseMultiModalProcessorCache, CacheInfo
 from mediaref.cache._items import MultiModalProcessorCacheInItem, MultiModalProcessorCacheOutItem
 from mediaref.cache._processor_only import MultiModalProcessorOnlyCache
 from mediaref.cache._shm_serde import deserialize_item, serialize_item
+from mediaref.cache.claims import ItemClaims, SlotLocks
 from mediaref.inputs import MultiModalKwargsItem
 
 _LENGTH_BYTES = 4
@@ -122,6 +124,13 @@ class LayeredProcessorCache(BaseMultiModalProcessorCache):
         self.local = local
         self.stores = list(stores)
         self.codec = codec
+
+    @functools.cached_property
+    def item_claims(self) -> ItemClaims:
+        """Claims across the processes sharing the nearest store that locks slots (the workers'
+        shared memory); a fleet's Redis takes no claims: a miss there is processed per server."""
+        slots = next((store for store in self.stores if isinstance(store, SlotLocks)), None)
+        return ItemClaims(slots)
 
     def is_cached_item(self, mm_hash: str) -> bool:
         return self.is_cached([mm_hash])[0]

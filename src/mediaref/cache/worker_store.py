@@ -34,6 +34,10 @@ copies outside it, and commits under it if the head has not lapped its region me
 finds the way under the lock, copies outside it, then re-reads the head under the lock: if a
 writer reserved over the region during the copy, it is a miss.
 
+**Claims.** One more lock byte per claim slot, far past the segment's end
+(:meth:`WorkerSharedStore.try_lock_slot`), for :mod:`mediaref.cache.claims`: which worker
+processes an item several of them miss at once. The kernel drops a dead worker's.
+
 **Integrity.** Each entry carries a MAC (BLAKE3 keyed by a key derived from the secret) over its
 key and payload, computed from the writer's own bytes; the reader checks it on its private copy
 and returns that copy. An entry that fails is counted ``rejected`` and answered None. The MAC also
@@ -78,6 +82,8 @@ from mediaref.cache._shm_reclaim import (
 
 WAYS = 4
 MAC_BYTES = 32
+CLAIM_SLOTS = 1 << 16
+_CLAIMS_AT = 1 << 50  # claim locks' bytes: far past any segment's end
 LOCK_TIMEOUT_S = 0.5
 MIN_CAPACITY = 64 * 1024
 _BYTES_PER_WAY = 16 * 1024  # one index way per 16 KiB of arena: most items are far larger
@@ -322,6 +328,28 @@ class WorkerSharedStore:
 
     def _digest(self, key: str) -> bytes:
         return hashlib.blake2b(key.encode(), digest_size=16, key=self._index_key).digest()
+
+    # -- claims (mediaref.cache.claims): who processes a missing item, across the workers ------
+
+    def claim_slot(self, key: str) -> int:
+        return int.from_bytes(self._digest(key)[:4], "little") % CLAIM_SLOTS
+
+    def try_lock_slot(self, slot: int) -> bool:
+        """Lock one byte past the segment's end (POSIX allows locks beyond a file's end; the
+        store's own lock is byte 0). False while another process holds it."""
+        if not self._closer.alive:  # its descriptor's number may name another file now
+            raise ValueError(f"worker store {self._name!r} is closed")
+        try:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _CLAIMS_AT + slot)
+        except OSError as error:
+            if error.errno in (errno.EACCES, errno.EAGAIN):
+                return False
+            raise
+        return True
+
+    def unlock_slot(self, slot: int) -> None:
+        if self._closer.alive:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _CLAIMS_AT + slot)
 
     def _mac(self, key: str, payload: bytes | memoryview) -> bytes:
         raw = key.encode()

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mediaref.cache.claims import Claim, Waiter, wait_for_claims
 from mediaref.inputs import MultiModalDataDict, MultiModalHashes
 from mediaref.media.base import MediaRef
 from mediaref.media.decode import (
@@ -115,6 +116,8 @@ class MultiModalApplyState:
     made), charged by every decode this state submits, on whichever worker runs it."""
     _pending: list[MediaDecodeJob] = field(default_factory=list)
     _owned: list[MediaRef[Any]] = field(default_factory=list)
+    _claims: list[Claim] = field(default_factory=list)
+    _waiters: list[Waiter] = field(default_factory=list)
     _closed: bool = False
 
     def __post_init__(self) -> None:
@@ -135,12 +138,53 @@ class MultiModalApplyState:
                 wanted.append((modality, items.get_original_index(index), raw))
         self._pending.extend(submit_media_decodes(wanted, self.jobs, budget=self.decoded_budget))
 
+    # -- claims (mediaref.cache.claims) -----------------------------------------------------
+
+    def claim_misses(self, misses: Mapping[str, list[int]]) -> dict[str, list[int]]:
+        """Claim the hashes of ``misses`` in the cache; the misses this request is to decode.
+
+        All of them, if it gets any claim (a request holding a claim never waits, so no two
+        requests wait for each other); none, if every one is another request's: it then waits
+        for those (:meth:`wait_decodes_async`) and phase 2 finds them stored.
+        """
+        cache, hashes = self.inputs.cache, self.mm_hashes
+        if cache is None or hashes is None or not any(misses.values()):
+            return dict(misses)
+        claims = cache.item_claims
+        waiters: list[Waiter] = []
+        mine: set[str] = set()  # an item twice in this request is this request's both times
+        for modality, indices in misses.items():
+            for index in indices:
+                key = hashes[modality][index]
+                if key in mine:
+                    continue
+                outcome = claims.claim(key)
+                if isinstance(outcome, Claim):
+                    self._claims.append(outcome)
+                    mine.add(key)
+                else:
+                    waiters.append(outcome)
+        if self._claims:
+            return dict(misses)
+        self._waiters.extend(waiters)
+        return {}
+
+    def release_claims(self) -> None:
+        """Let the requests waiting for this one's items go on (their items are stored now, or
+        this request failed). Idempotent."""
+        claims, self._claims = self._claims, []
+        for claim in claims:
+            claim.release()
+
     def wait_decodes(self) -> None:
         """Drain the decodes submitted since the last wait; raise the first failure.
 
         A payload that will not decode is a 422 and a cap (this request's decoded-bytes budget
         included) a 413, both naming the item; a server-side failure propagates as itself.
+        Claims met are not waited for here (this may be the thread their holder's phase 2
+        needs): phase 2 processes what is still missing.
         """
+        self._waiters = []
         if not self._pending:
             return
         pending, self._pending = self._pending, []
@@ -153,6 +197,11 @@ class MultiModalApplyState:
 
     async def wait_decodes_async(self) -> None:
         """:meth:`wait_decodes` off the event loop; shielded, it drains even through cancellation."""
+        waiters, self._waiters = self._waiters, []
+        if waiters:  # another request processes these items; phase 2 looks them up again
+            start = time.perf_counter()
+            await wait_for_claims(waiters)
+            self.timings.decode_wait_s += time.perf_counter() - start
         if not self._pending:
             return
         pending, self._pending = self._pending, []
@@ -174,6 +223,7 @@ class MultiModalApplyState:
         if self._closed:
             return
         self._closed = True
+        self.release_claims()
         # Failures were already reported by wait_decodes; here only completion matters.
         for job in self.jobs:
             try:

@@ -220,9 +220,17 @@ class BaseMultiModalProcessor(PromptUpdateStages[_I]):
         return not overridden
 
     def apply_phase1(
-        self, inputs: ProcessorInputs, timing_ctx: TimingContext | None = None
+        self,
+        inputs: ProcessorInputs,
+        timing_ctx: TimingContext | None = None,
+        *,
+        claim_misses: bool = False,
     ) -> MultiModalApplyState:
-        """Hash, look up the cache and submit the misses' decodes; never waits for a decode."""
+        """Hash, look up the cache and submit the misses' decodes; never waits for a decode.
+
+        ``claim_misses``: take the cache's claims on the misses, so that of concurrent requests
+        missing one item only one decodes and processes it (:mod:`mediaref.cache.claims`); for
+        a caller that waits with ``wait_decodes_async`` off the processing worker."""
         state = MultiModalApplyState(
             inputs,
             use_cache=inputs.can_use_cache(),
@@ -242,6 +250,8 @@ class BaseMultiModalProcessor(PromptUpdateStages[_I]):
                 # Nothing can stand in for an item sent as a UUID only that the cache lacks:
                 # refuse before decoding its siblings.
                 refuse_uuid_only_misses(inputs.mm_data_items, misses)
+                if claim_misses and state.use_cache:
+                    misses = state.claim_misses(misses)
                 for modality, indices in misses.items():
                     state.submit_decodes(modality, indices)
         except BaseException:
@@ -335,6 +345,7 @@ class BaseMultiModalProcessor(PromptUpdateStages[_I]):
             mm_kwargs, mm_updates = self._merge_mm_kwargs(
                 inputs.cache, mm_hashes, is_cached, miss_kwargs, miss_updates
             )
+        state.release_claims()  # stored: the requests waiting for these items find them
         state.timings.num_misses = num_misses
         state.timings.num_hits = sum(len(h) for h in mm_hashes.values()) - num_misses
         return MultiModalProcessingResult(

@@ -257,7 +257,9 @@ class MultiModalWorker:
         self, request: MultiModalRequest
     ) -> tuple[BaseMultiModalProcessor[Any], MultiModalApplyState]:
         processor, inputs, timing_ctx = self._prepare(request)
-        return processor, processor.apply_phase1(inputs, timing_ctx)
+        # The decode wait runs on the event loop: waiting there for another request's claim
+        # leaves the worker free for that request's phase 2.
+        return processor, processor.apply_phase1(inputs, timing_ctx, claim_misses=True)
 
     def _phase2(
         self, processor: BaseMultiModalProcessor[Any], state: MultiModalApplyState
