@@ -149,6 +149,30 @@ async def test_a_request_holding_a_claim_never_waits_for_another(
     await asyncio.wait_for(task_a1, WAIT_S)
 
 
+async def test_a_cancelled_holder_lets_its_waiters_go_on(
+    make_renderer: RendererFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mediaref.cache.claims as claims_module
+
+    monkeypatch.setattr(claims_module, "CLAIM_WAIT_S", 10 * WAIT_S)  # only a release ends it
+    renderer = make_renderer(make_processor())
+    gate_a1 = threading.Event()
+    ref_a1, decoder_a1 = instrumented_ref(image_bytes(115), gate=gate_a1)
+    ref_a2, decoder_a2 = instrumented_ref(image_bytes(115))
+
+    task_a1 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a1)))
+    assert await wait_event(decoder_a1.started)
+    task_a2 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a2)))
+    assert await still_pending_after_grace(task_a2)  # waiting for A1's claim
+    task_a1.cancel()
+    gate_a1.set()  # A1's decode ends; its state closes and releases the claim
+    out_a2 = await asyncio.wait_for(task_a2, WAIT_S)
+    assert decoder_a2.calls == 1  # nothing was stored: A2 processed the image itself
+    assert_same_output(out_a2, reference_output([image_bytes(115)]))
+    with pytest.raises(asyncio.CancelledError):
+        await task_a1
+
+
 async def test_a_waiter_whose_holder_outlasts_the_wait_processes_the_item_itself(
     make_renderer: RendererFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
