@@ -115,7 +115,7 @@ def test_truncation_may_not_cut_through_an_item(renderer: BaseRenderer[Any]) -> 
 
 def test_prompt_embeds_need_enabling_and_load_as_a_tensor() -> None:
     buffer = io.BytesIO()
-    torch.save(torch.ones(3, 8), buffer)
+    torch.save(torch.ones(3, 64), buffer)  # the built-in model's text width
     payload = base64.b64encode(buffer.getvalue())
     off = BaseRenderer(ModelConfig(model=QWEN2_VL))
     try:
@@ -127,7 +127,7 @@ def test_prompt_embeds_need_enabling_and_load_as_a_tensor() -> None:
     try:
         [engine_input] = on.render_cmpl([payload])
         assert engine_input["type"] == "embeds"
-        assert torch.equal(engine_input["prompt_embeds"], torch.ones(3, 8))
+        assert torch.equal(engine_input["prompt_embeds"], torch.ones(3, 64))
         with pytest.raises(VLLMValidationError, match="could not be deserialized"):
             on.render_prompt(base64.b64encode(b"not a tensor"))
     finally:

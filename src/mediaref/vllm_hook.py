@@ -10,6 +10,8 @@ MODEL``) with :func:`install` called first. The hook answers the imports of
   :mod:`mediaref.vllm_mm_serde` (the same bytes; a repeated item is encoded once),
 - ``vllm.exceptions`` with :mod:`mediaref.exceptions` (vLLM's classes, mediaref's errors among
   them: vLLM's servers map mediaref's errors by class, its code catches them by name),
+- ``vllm.utils.sparse_utils`` with :mod:`mediaref.media.sparse_utils` (one lock around torch's
+  process-wide sparse check, for vLLM's prompt-embeds loader and mediaref's loaders alike),
 
 so vLLM's renderers, model files and servers parse chat media into mediaref's lazy refs and run
 mediaref's processors, caches and connector. A module mediaref leaves out (the GPU-only
@@ -48,6 +50,8 @@ __all__ = ["ALIASES", "LAUNCHED_ENV", "install", "installed", "launch", "main"]
 ALIASES = {
     "vllm.multimodal": "mediaref",
     "vllm.exceptions": "mediaref.exceptions",
+    # One lock around torch's process-wide sparse check, for vLLM's prompt-embeds loader too.
+    "vllm.utils.sparse_utils": "mediaref.media.sparse_utils",
     "vllm.renderers.chat_utils": "mediaref.renderers.chat_utils",
     "vllm.entrypoints.scale_out.token_in_token_out.mm_serde": "mediaref.vllm_mm_serde",
 }

@@ -2,7 +2,9 @@
 
 - embedding metadata nested deeper than any grid: refused before anything recurses over it;
 - a ``prompt_embeds`` tensor declaring a dense size over ``VLLM_MAX_EMBED_DECODE_BYTES``:
-  refused before it is densified, naming ``prompt_embeds``;
+  refused before it is densified, naming ``prompt_embeds``, as a chat part and as a completion
+  prompt given to the renderer as bytes (which once loaded it with no cap, no sparse check and
+  no width check);
 - decoded images handed in by the caller count against the request's decoded-bytes budget.
 """
 
@@ -76,6 +78,51 @@ def test_a_sparse_prompt_embeds_bomb_is_refused_before_densifying(
     with pytest.raises(VLLMValidationError, match="VLLM_MAX_EMBED_DECODE_BYTES") as info:
         parse_chat_messages(_user(part), resolve_processing_info(_config()), "openai")
     assert info.value.parameter == "prompt_embeds"
+
+
+def _saved(tensor: torch.Tensor) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(tensor, buffer)
+    return pybase64.b64encode(buffer.getvalue())
+
+
+def test_a_completion_prompts_embeddings_pass_the_same_guards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mediaref.renderers.base import BaseRenderer
+
+    monkeypatch.setenv("VLLM_MAX_EMBED_DECODE_BYTES", str(1 << 20))
+    renderer = BaseRenderer(_config())
+    try:
+        bomb = torch.sparse_coo_tensor([[0], [0]], [1.0], (1 << 20, 64))  # 256 MiB once dense
+        with pytest.raises(VLLMValidationError, match="VLLM_MAX_EMBED_DECODE_BYTES") as info:
+            renderer.render_prompt(_saved(bomb))
+        assert info.value.parameter == "prompt_embeds"
+        outside = torch.sparse_coo_tensor([[5], [0]], [1.0], (2, 64), check_invariants=False)
+        with pytest.raises(VLLMValidationError, match="could not be deserialized"):
+            renderer.render_prompt(_saved(outside))  # an index past its shape: never densified
+        with pytest.raises(VLLMValidationError, match="hidden_size 8 does not match"):
+            renderer.render_prompt(_saved(torch.zeros(3, 8)))
+        loaded = renderer.render_prompt(_saved(torch.ones(3, 64)))["prompt_embeds"]
+        assert torch.equal(loaded, torch.ones(3, 64))
+    finally:
+        renderer.shutdown()
+
+
+def test_every_embedding_loader_takes_one_sparse_guard() -> None:
+    # torch's sparse check is a process-wide flag: two guards with two locks would let one
+    # loader switch it off under another. vLLM's modules name the function; so do mediaref's.
+    import mediaref.media.audio as audio
+    import mediaref.media.image as image
+    import mediaref.media.video as video
+    from mediaref.media.sparse_utils import check_sparse_tensor_invariants_threadsafe
+    from mediaref.vllm_hook import ALIASES
+
+    for module in (audio, image, video):
+        assert module.check_sparse_tensor_invariants_threadsafe is (
+            check_sparse_tensor_invariants_threadsafe
+        )
+    assert ALIASES["vllm.utils.sparse_utils"] == "mediaref.media.sparse_utils"
 
 
 def test_callers_decoded_images_are_charged_to_the_request(monkeypatch: pytest.MonkeyPatch) -> None:

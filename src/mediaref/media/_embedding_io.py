@@ -3,7 +3,8 @@
 The decoders behind vLLM's ``ImageEmbeddingMediaIO``, ``AudioEmbeddingMediaIO`` and
 ``VideoEmbeddingMediaIO``: the payload starts with :data:`MAGIC_NUMPY_PREFIX` (a ``.npy`` file,
 loaded without pickle) or is a ``torch.save`` file (loaded with ``weights_only=True``, sparse
-tensors checked for valid indices, then densified).
+tensors checked for valid indices under the process's one guard, then densified:
+:mod:`mediaref.media.sparse_utils`).
 
 Neither format's loader bounds what it allocates by the payload's size, so the declared size is
 checked first, against ``VLLM_MAX_EMBED_DECODE_BYTES`` (0 or less: no cap):
@@ -25,7 +26,6 @@ from __future__ import annotations
 import io
 import math
 import pickle
-import threading
 import zipfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,9 +34,9 @@ import numpy as np
 import pybase64
 import torch
 
-from mediaref import envs
 from mediaref.exceptions import VLLMValidationError
 from mediaref.media.base import DecodeSpec, MediaIO
+from mediaref.media.sparse_utils import check_sparse_tensor_invariants_threadsafe, max_embed_bytes
 
 MAGIC_NUMPY_PREFIX = b"\x93NUMPY"
 """What every ``.npy`` file starts with (numpy's format version 1.0 and later)."""
@@ -62,15 +62,6 @@ _NPY_HEADER_READERS = {
     (1, 0): np.lib.format.read_array_header_1_0,
     (2, 0): np.lib.format.read_array_header_2_0,
 }
-# torch.sparse.check_sparse_tensor_invariants() flips a process-wide flag on entry and back on
-# exit; two loads overlapping on the media pool would let one switch it off under the other.
-_SPARSE_CHECK_LOCK = threading.Lock()
-
-
-def max_embed_bytes() -> int | None:
-    """``VLLM_MAX_EMBED_DECODE_BYTES``, or None when it is 0 or less (no cap)."""
-    limit = int(envs.VLLM_MAX_EMBED_DECODE_BYTES)
-    return limit if limit > 0 else None
 
 
 class EmbeddingMediaIO(MediaIO[torch.Tensor]):
@@ -129,10 +120,7 @@ class EmbeddingMediaIO(MediaIO[torch.Tensor]):
     def _load_torch(self, data: bytes) -> torch.Tensor:
         self._check_torch_archive(data)
         try:
-            with (
-                _SPARSE_CHECK_LOCK,
-                torch.sparse.check_sparse_tensor_invariants(),  # type: ignore[no-untyped-call]
-            ):
+            with check_sparse_tensor_invariants_threadsafe():  # one lock for every loader
                 loaded: Any = torch.load(io.BytesIO(data), weights_only=True)
         except _LOAD_ERRORS as exc:
             raise self._unloadable(exc) from exc
@@ -187,4 +175,4 @@ class EmbeddingMediaIO(MediaIO[torch.Tensor]):
         return f"{type(self).__name__}()"
 
 
-__all__ = ["MAGIC_NUMPY_PREFIX", "EmbeddingMediaIO", "max_embed_bytes"]
+__all__ = ["MAGIC_NUMPY_PREFIX", "EmbeddingMediaIO"]

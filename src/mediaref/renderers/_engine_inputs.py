@@ -8,17 +8,12 @@ turns it into an engine input: ``{"type": "token" | "embeds" | "multimodal" | "e
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 from typing import Any, Literal
 
 import torch
 from typing_extensions import TypedDict  # pydantic on Python < 3.12, as vLLM's
 
 from mediaref.exceptions import VLLMValidationError
-
-_MAX_REASON_CHARS = 200  # a torch error about the caller's bytes is quoted, but not at length
 
 DictPrompt = dict[str, Any]
 """A prompt as a dict (text, token ids or embeddings; or an encoder-decoder pair)."""
@@ -71,38 +66,6 @@ def embeds_input(
     if is_token_ids is not None:
         out["is_token_ids"] = is_token_ids
     return out
-
-
-def load_prompt_embeds(enable_prompt_embeds: bool, payload: bytes) -> torch.Tensor:
-    """A base64 ``torch.save`` payload as a CPU tensor (``weights_only``: no code runs); a
-    payload that is not one is a 400 quoting torch's reason, shortened."""
-    if not enable_prompt_embeds:
-        raise VLLMValidationError(
-            "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
-            parameter="prompt_embeds",
-        )
-    try:
-        raw = base64.b64decode(payload, validate=True)
-    except binascii.Error as exc:
-        raise VLLMValidationError(
-            f"`prompt_embeds` is not base64: {exc}", parameter="prompt_embeds"
-        ) from exc
-    try:
-        tensor = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
-    except MemoryError:
-        raise
-    except Exception as exc:
-        reason = (str(exc).strip() or type(exc).__name__)[:_MAX_REASON_CHARS]
-        raise VLLMValidationError(
-            f"`prompt_embeds` could not be deserialized as a torch tensor: {reason}",
-            parameter="prompt_embeds",
-        ) from exc
-    if not isinstance(tensor, torch.Tensor):
-        raise VLLMValidationError(
-            f"`prompt_embeds` must hold one tensor, got {type(tensor).__name__}",
-            parameter="prompt_embeds",
-        )
-    return tensor.to_dense() if tensor.is_sparse else tensor
 
 
 def build_enc_dec_input(
@@ -160,6 +123,5 @@ __all__ = [
     "TokensInput",
     "build_enc_dec_input",
     "embeds_input",
-    "load_prompt_embeds",
     "tokens_input",
 ]

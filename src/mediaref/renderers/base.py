@@ -42,7 +42,6 @@ from mediaref.renderers._engine_inputs import (
     DictPrompt,
     EngineInput,
     build_enc_dec_input,
-    load_prompt_embeds,
     tokens_input,
 )
 from mediaref.renderers._mm_worker import MultiModalRequest
@@ -55,6 +54,7 @@ from mediaref.renderers._prompt_steps import (
     tokenize_singleton,
 )
 from mediaref.renderers._renderer_model import RendererModel
+from mediaref.renderers.embed_utils import safe_load_prompt_embeds
 
 logger = logging.getLogger(__name__)
 
@@ -173,8 +173,7 @@ class BaseRenderer(RendererModel[_T]):
     def render_prompt(self, prompt: DictPrompt | bytes) -> DictPrompt:
         """A prompt dict; base64 ``torch.save`` bytes become ``{"prompt_embeds": tensor}``."""
         if isinstance(prompt, bytes):
-            enabled = bool(getattr(self.model_config, "enable_prompt_embeds", False))
-            return {"prompt_embeds": load_prompt_embeds(enabled, prompt)}
+            return {"prompt_embeds": safe_load_prompt_embeds(self.model_config, prompt)}
         return prompt
 
     def render_prompts(self, prompts: Sequence[DictPrompt | bytes]) -> list[DictPrompt]:

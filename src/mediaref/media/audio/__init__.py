@@ -60,6 +60,9 @@ from mediaref.media.audio._loaders import (
 )
 from mediaref.media.base import DecodeSpec, MediaIO, MediaRef
 from mediaref.media.decode_budget import MediaDecodedBudget, decode_budget_scope
+from mediaref.media.sparse_utils import (  # vLLM's modules hold it too; one function for all
+    check_sparse_tensor_invariants_threadsafe as check_sparse_tensor_invariants_threadsafe,
+)
 
 # The decode spec's name for each backend; "auto" keeps the name it always had.
 _DECODER_NAMES = {

@@ -83,6 +83,9 @@ from mediaref.media.image._pixels import (
     decoded_image_bytes,
 )
 from mediaref.media.image._upright_size import read_jpeg_upright_size
+from mediaref.media.sparse_utils import (  # vLLM's modules hold it too; one function for all
+    check_sparse_tensor_invariants_threadsafe as check_sparse_tensor_invariants_threadsafe,
+)
 
 _EXIF_IMAGE_ID_KIND = "exif-image-id"
 

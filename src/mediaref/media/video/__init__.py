@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from mediaref.media.base import MediaIO, MediaWithBytes
 from mediaref.media.image import MAGIC_NUMPY_PREFIX, ImageMediaIO
+from mediaref.media.sparse_utils import (  # vLLM's modules hold it too; one function for all
+    check_sparse_tensor_invariants_threadsafe as check_sparse_tensor_invariants_threadsafe,
+)
 from mediaref.media.video._backend import NemotronVLVideoBackend, PyAVVideoBackend, VideoBackend
 from mediaref.media.video._backends_glm import (
     DynamicVideoBackend,

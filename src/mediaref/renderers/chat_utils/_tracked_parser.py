@@ -47,8 +47,8 @@ from mediaref.renderers.chat_utils._parser_base import (
     use_audio_in_video_from,
 )
 from mediaref.renderers.chat_utils._parts import PartFieldError
-from mediaref.renderers.chat_utils._prompt_embeds import load_prompt_embeds, prompt_embeds_width
 from mediaref.renderers.chat_utils.types import InputAudio, ModalityStr, MultiModalEmbedsPayload
+from mediaref.renderers.embed_utils import load_prompt_embeds, prompt_embeds_width
 
 _Item_contra = TypeVar("_Item_contra", contravariant=True)
 

@@ -1,4 +1,8 @@
-"""``prompt_embeds`` parts: a client's own token embeddings, loaded safely and checked against the model.
+"""Prompt embeddings: a client's own token embeddings, loaded safely and checked against the model.
+
+One loader for both ways they arrive: a ``prompt_embeds`` chat content part, and a completion
+prompt given as base64 bytes (the renderer's :func:`safe_load_prompt_embeds`, vLLM's
+``vllm.renderers.embed_utils`` function).
 
 The payload is loaded by the same safe embedding loader as ``image_embeds``
 (:class:`~mediaref.media.image.ImageEmbeddingMediaIO`: ``weights_only`` torch loads or pickle-free
@@ -19,6 +23,7 @@ from mediaref.exceptions import VLLMValidationError
 from mediaref.media.image import ImageEmbeddingMediaIO
 
 _PARAMETER = "prompt_embeds"
+_MAX_REASON_CHARS = 200
 
 
 def text_hidden_size(hf_config: Any) -> int | None:
@@ -50,15 +55,27 @@ def prompt_embeds_width(model_config: Any) -> int | None:
 
 
 def load_prompt_embeds(
-    data: str, *, hidden_size: int | None, dtype: torch.dtype | None
+    data: str | bytes, *, hidden_size: int | None, dtype: torch.dtype | None
 ) -> torch.Tensor:
-    """The ``(num_tokens, hidden_size)`` tensor that base64 ``data`` holds, checked and cast."""
+    """The ``(num_tokens, hidden_size)`` tensor that base64 ``data`` holds, checked and cast.
+
+    The embedding loader's guards apply: ``weights_only`` torch loads or pickle-free ``.npy``,
+    sparse tensors checked under the process's one guard and refused over
+    ``VLLM_MAX_EMBED_DECODE_BYTES`` before they are densified."""
+    if isinstance(data, bytes):  # base64 is ASCII; anything else fails the strict decode
+        data = data.decode("ascii", errors="replace")
     try:
         tensor = ImageEmbeddingMediaIO().load_base64("", data)
     except ValueError as exc:  # VLLMValidationError included
-        # The loader names the field it serves; this payload is the prompt's.
+        # The loader names the field it serves; this payload is the prompt's. vLLM's words; the
+        # reason is built from the caller's bytes, so it is cut short.
+        reason = str(exc) or type(exc).__name__
+        if len(reason) > _MAX_REASON_CHARS:
+            left = len(reason) - _MAX_REASON_CHARS
+            reason = f"{reason[:_MAX_REASON_CHARS]}... ({left} more characters truncated)"
         raise VLLMValidationError(
-            f"`{_PARAMETER}` could not be loaded as a tensor: {exc}", parameter=_PARAMETER
+            f"`{_PARAMETER}` could not be deserialized as a torch tensor: {reason}",
+            parameter=_PARAMETER,
         ) from exc
     if tensor.dim() > 2:
         tensor = tensor.squeeze(0)
@@ -86,4 +103,25 @@ def load_prompt_embeds(
     return tensor
 
 
-__all__ = ["load_prompt_embeds", "text_hidden_size"]
+def safe_load_prompt_embeds(model_config: Any, embed: str | bytes) -> torch.Tensor:
+    """A completion prompt's base64 embeddings for ``model_config``: vLLM's call. Refused unless
+    the config enables prompt embeddings (``--enable-prompt-embeds``), then loaded and checked
+    as a chat part's are."""
+    if not getattr(model_config, "enable_prompt_embeds", False):
+        raise VLLMValidationError(
+            "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
+            parameter=_PARAMETER,
+        )
+    return load_prompt_embeds(
+        embed,
+        hidden_size=prompt_embeds_width(model_config),
+        dtype=getattr(model_config, "dtype", None),
+    )
+
+
+__all__ = [
+    "load_prompt_embeds",
+    "prompt_embeds_width",
+    "safe_load_prompt_embeds",
+    "text_hidden_size",
+]
