@@ -223,6 +223,26 @@ def test_dummy_inputs_for_profiling_honour_the_options_and_pad_to_the_context(
     assert len(profiled["prompt_token_ids"]) == max_model_len
 
 
+def test_profiling_calls_the_dummy_inputs_hook_by_keyword_as_vllm_does(
+    processor: TinyVLMultiModalProcessor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM's get_dummy_mm_inputs passes seq_len, mm_counts and mm_options by name; an override
+    # (a vLLM model's, or a test's stand-in) may take them so.
+    seen: dict[str, Any] = {}
+    real = processor.get_dummy_inputs
+
+    def by_keyword_only(*, seq_len: int, mm_counts: Any, mm_options: Any = None) -> Any:
+        seen.update(seq_len=seq_len, mm_counts=dict(mm_counts))
+        return real(seq_len, mm_counts, mm_options)
+
+    monkeypatch.setattr(processor, "get_dummy_inputs", by_keyword_only)
+    processor.get_dummy_mm_inputs({"image": 1})
+    assert seen == {
+        "seq_len": processor.info.ctx.model_config.derived_max_model_len,
+        "mm_counts": {"image": 1},
+    }
+
+
 def _small_images() -> BaseDummyOptions:
     from mediaref.processing.dummy_inputs import ImageDummyOptions
 

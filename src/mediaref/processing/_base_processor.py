@@ -169,11 +169,14 @@ class BaseMultiModalProcessor(PromptUpdateStages[_I]):
             scheduler_config, "enable_chunked_prefill", False
         ):
             seq_len = min(seq_len, int(scheduler_config.max_num_batched_tokens))
+        # By keyword, as vLLM calls them: a subclass (or a test's stand-in) may take them so.
         inputs = self.get_dummy_inputs(
-            seq_len, mm_counts, self.info.ctx.get_mm_config().limit_per_prompt
+            seq_len=seq_len,
+            mm_counts=mm_counts,
+            mm_options=self.info.ctx.get_mm_config().limit_per_prompt,
         )
         inputs.cache = cache
-        mm_inputs = self.apply(inputs, TimingContext(enabled=False))
+        mm_inputs = self.apply(inputs, timing_ctx=TimingContext(enabled=False))
         token_ids = mm_inputs["prompt_token_ids"]
         if len(token_ids) < seq_len:
             token_ids.extend([0] * (seq_len - len(token_ids)))

@@ -372,7 +372,9 @@ def max_model_len_of(model_config: Any) -> int:
     the model's config when unset) or vLLM's (``max_model_len``, resolved by vLLM), so code that
     vLLM hands its own ``ModelConfig`` reads either."""
     derived = getattr(model_config, "derived_max_model_len", None)
-    return int(derived if derived is not None else model_config.max_model_len)
+    if isinstance(derived, int):  # not a stand-in's attribute that only converts to one
+        return derived
+    return int(model_config.max_model_len)
 
 
 __all__ = [
