@@ -3,7 +3,7 @@
 #
 #   VLLM_PYTHON=/path/to/vllm-venv/bin/python bash scripts/test_vllm.sh [TEST_PATH ...]
 #
-# Runs pytest on vLLM 0.33.0's tests (default TEST_PATH: tests/multimodal, relative to the
+# Runs pytest on vLLM 0.33.0's tests (default: tests/multimodal tests/renderers, relative to the
 # sdist's root) twice, one run after the other, with the same interpreter, options and files:
 #   1. stock: vLLM as installed;
 #   2. hooked: the same, with `-p _vllm_hook_plugin` (scripts/_vllm_hook_plugin.py), a pytest
@@ -40,12 +40,15 @@
 #                 SIGINT and still writes its junit xml of the tests run so far)
 #   VLLM_TESTS_TEST_TIMEOUT  seconds for one test, with pytest-timeout (default 300)
 #
-# Time: on a 2-core machine (shared with other work) the whole script takes about 14 min for
-# tests/multimodal: stock run ~380 s, hooked run ~360 s, each including ~30 s of imports and
-# collection, then mediaref's own tests ~70 s. Results (2026-12-05): stock 491 passed /
-# 100 failed / 12 skipped / 67 errors, hooked 428 / 163 / 12 / 67, 70 differences, all in the
-# allowlist; mediaref's 14 passed. The stock failures/errors are tests needing the network (vLLM's S3 assets), an HF
-# model's files (ModelConfig of a hub model, offline) or torchaudio (not installed).
+# Time: on a 2-core machine the whole script takes about 24 min for its default paths,
+# tests/multimodal and tests/renderers: stock run ~670 s, hooked run ~690 s, each including
+# ~30 s of imports and collection, then mediaref's own tests ~70 s (tests/multimodal alone:
+# ~14 min). Results (2026-12-06, both paths): stock 865 passed / 107 failed / 14 skipped / 284
+# errors, hooked 796 / 176 / 14 / 284, 76 differences: 70 in the allowlist (all under
+# tests/multimodal), the 6 others (tests/renderers' warm-up and sparse-guard tests) fixed since;
+# mediaref's 14 passed. The stock failures/errors are tests needing the network (vLLM's S3
+# assets), an HF model's files (ModelConfig of a hub model, offline) or torchaudio (not
+# installed).
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -55,7 +58,7 @@ run_timeout="${VLLM_TESTS_RUN_TIMEOUT:-2400}"
 test_timeout="${VLLM_TESTS_TEST_TIMEOUT:-300}"
 sdist_url="https://files.pythonhosted.org/packages/f7/25/aa5684e9c59d6fc75f78926b7f15e8d9adc7de2d9e6e7575b80776ad8169/vllm-0.33.0.tar.gz"
 sdist_sha256="f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
-if [ "$#" -gt 0 ]; then test_paths=("$@"); else test_paths=(tests/multimodal); fi
+if [ "$#" -gt 0 ]; then test_paths=("$@"); else test_paths=(tests/multimodal tests/renderers); fi
 
 case "$(realpath -m "$scratch")/" in
   "$repo"/*) echo "VLLM_TESTS_SCRATCH must be outside the repo ($repo)" >&2; exit 2 ;;
