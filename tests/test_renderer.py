@@ -92,18 +92,27 @@ async def test_request_b_completes_while_request_as_decode_is_blocked(
     assert not decoder_a.gate_timed_out
 
 
+async def held_request(
+    renderer: BaseRenderer, image: int
+) -> tuple[asyncio.Task[Any], threading.Event, Any]:
+    """A request for ``image`` whose decode is held at a gate (so it holds the image's claim):
+    its task, the gate that lets it go on, and its decoder."""
+    gate = threading.Event()
+    ref, decoder = instrumented_ref(image_bytes(image), gate=gate)
+    task = asyncio.create_task(renderer.process_multimodal_async(image_request(ref)))
+    assert await wait_event(decoder.started)
+    return task, gate, decoder
+
+
 async def test_a1_b_a2_on_one_image_a2_waits_for_a1_and_decodes_nothing(
     make_renderer: RendererFactory,
 ) -> None:
     processor_cls = make_inspecting_processor_class()
     processor = make_processor(processor_cls)
     renderer = make_renderer(processor)
-    gate_a1 = threading.Event()
-    ref_a1, decoder_a1 = instrumented_ref(image_bytes(110), gate=gate_a1)
     ref_a2, decoder_a2 = instrumented_ref(image_bytes(110))  # same image, new ref
 
-    task_a1 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a1)))
-    assert await wait_event(decoder_a1.started)
+    task_a1, gate_a1, decoder_a1 = await held_request(renderer, 110)
     # A2 misses the image too, while A1 holds its claim: it waits instead of decoding it again.
     task_a2 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a2)))
     out_b = await asyncio.wait_for(
@@ -133,13 +142,10 @@ async def test_a_request_holding_a_claim_never_waits_for_another(
     # A2 misses X (A1's claim) and Y (its own): it decodes both rather than wait while holding Y,
     # so no two requests can ever wait for each other.
     renderer = make_renderer(make_processor())
-    gate_a1 = threading.Event()
-    ref_a1, decoder_a1 = instrumented_ref(image_bytes(113), gate=gate_a1)
     ref_x, decoder_x = instrumented_ref(image_bytes(113))
     ref_y, decoder_y = instrumented_ref(image_bytes(114))
 
-    task_a1 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a1)))
-    assert await wait_event(decoder_a1.started)
+    task_a1, gate_a1, _ = await held_request(renderer, 113)
     out_a2 = await asyncio.wait_for(
         renderer.process_multimodal_async(image_request(ref_y, ref_x)), WAIT_S
     )
@@ -156,12 +162,9 @@ async def test_a_cancelled_holder_lets_its_waiters_go_on(
 
     monkeypatch.setattr(claims_module, "CLAIM_WAIT_S", 10 * WAIT_S)  # only a release ends it
     renderer = make_renderer(make_processor())
-    gate_a1 = threading.Event()
-    ref_a1, decoder_a1 = instrumented_ref(image_bytes(115), gate=gate_a1)
     ref_a2, decoder_a2 = instrumented_ref(image_bytes(115))
 
-    task_a1 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a1)))
-    assert await wait_event(decoder_a1.started)
+    task_a1, gate_a1, _ = await held_request(renderer, 115)
     task_a2 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a2)))
     assert await still_pending_after_grace(task_a2)  # waiting for A1's claim
     task_a1.cancel()
@@ -183,12 +186,9 @@ async def test_a_waiter_whose_holder_outlasts_the_wait_processes_the_item_itself
     monkeypatch.setattr(claims_module, "CLAIM_WAIT_S", 0.05)
     processor_cls = make_inspecting_processor_class()
     renderer = make_renderer(make_processor(processor_cls))
-    gate_a1 = threading.Event()
-    ref_a1, decoder_a1 = instrumented_ref(image_bytes(112), gate=gate_a1)
     ref_a2, decoder_a2 = instrumented_ref(image_bytes(112))
 
-    task_a1 = asyncio.create_task(renderer.process_multimodal_async(image_request(ref_a1)))
-    assert await wait_event(decoder_a1.started)
+    task_a1, gate_a1, _ = await held_request(renderer, 112)
     out_a2 = await asyncio.wait_for(
         renderer.process_multimodal_async(image_request(ref_a2)), WAIT_S
     )

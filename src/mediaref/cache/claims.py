@@ -63,10 +63,6 @@ class Claim:
     def __init__(self, claims: ItemClaims, key: str) -> None:
         self._claims, self._key, self._released = claims, key, False
 
-    @property
-    def key(self) -> str:
-        return self._key
-
     def release(self) -> None:
         if not self._released:
             self._released = True

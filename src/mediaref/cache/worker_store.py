@@ -339,17 +339,22 @@ class WorkerSharedStore:
         store's own lock is byte 0). False while another process holds it."""
         if not self._closer.alive:  # its descriptor's number may name another file now
             raise ValueError(f"worker store {self._name!r} is closed")
+        return self._try_lock_byte(_CLAIMS_AT + slot)
+
+    def unlock_slot(self, slot: int) -> None:
+        if self._closer.alive:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _CLAIMS_AT + slot)
+
+    def _try_lock_byte(self, offset: int) -> bool:
+        """The record lock on one byte of the file, without waiting: False while another
+        process holds it."""
         try:
-            fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _CLAIMS_AT + slot)
+            fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
         except OSError as error:
             if error.errno in (errno.EACCES, errno.EAGAIN):
                 return False
             raise
         return True
-
-    def unlock_slot(self, slot: int) -> None:
-        if self._closer.alive:
-            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _CLAIMS_AT + slot)
 
     def _mac(self, key: str, payload: bytes | memoryview) -> bytes:
         raw = key.encode()
@@ -370,13 +375,7 @@ class WorkerSharedStore:
             # Polled: a blocking lockf cannot time out. Critical sections last microseconds,
             # so a waiter rarely sleeps more than once.
             delay = 20e-6
-            while True:
-                try:
-                    fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-                    break
-                except OSError as error:
-                    if error.errno not in (errno.EACCES, errno.EAGAIN):
-                        raise
+            while not self._try_lock_byte(0):
                 if time.monotonic() > deadline:
                     raise _LockBusy()
                 time.sleep(delay)

@@ -36,7 +36,12 @@ import torch
 
 from mediaref.exceptions import VLLMValidationError
 from mediaref.media.base import DecodeSpec, MediaIO
-from mediaref.media.sparse_utils import check_sparse_tensor_invariants_threadsafe, max_embed_bytes
+from mediaref.media.sparse_utils import (
+    check_dense_bytes,
+    check_sparse_tensor_invariants_threadsafe,
+    max_embed_bytes,
+    safe_to_dense,
+)
 
 MAGIC_NUMPY_PREFIX = b"\x93NUMPY"
 """What every ``.npy`` file starts with (numpy's format version 1.0 and later)."""
@@ -103,7 +108,7 @@ class EmbeddingMediaIO(MediaIO[torch.Tensor]):
             except _LOAD_ERRORS as exc:
                 raise self._unloadable(exc) from exc
             declared = math.prod(shape) * dtype.itemsize
-            self._check_dense_bytes(declared, shape)
+            check_dense_bytes(declared, shape, parameter=self.parameter)
             if len(data) - source.tell() < declared:
                 raise self._unloadable(
                     ValueError(f"the array declares {declared} bytes of data, the file is shorter")
@@ -124,14 +129,7 @@ class EmbeddingMediaIO(MediaIO[torch.Tensor]):
                 loaded: Any = torch.load(io.BytesIO(data), weights_only=True)
         except _LOAD_ERRORS as exc:
             raise self._unloadable(exc) from exc
-        if not isinstance(loaded, torch.Tensor):
-            raise VLLMValidationError(
-                f"`{self.parameter}` payload did not deserialize to a torch.Tensor "
-                f"(got {type(loaded).__name__})",
-                parameter=self.parameter,
-            )
-        self._check_dense_bytes(loaded.numel() * loaded.element_size(), tuple(loaded.shape))
-        return loaded.to_dense() if loaded.layout != torch.strided else loaded
+        return safe_to_dense(loaded, parameter=self.parameter)
 
     def _check_torch_archive(self, data: bytes) -> None:
         """Refuse the legacy format and a zip whose records declare more than the cap allows."""
@@ -154,16 +152,6 @@ class EmbeddingMediaIO(MediaIO[torch.Tensor]):
             )
 
     # --- shared ------------------------------------------------------------------------------
-
-    def _check_dense_bytes(self, dense_bytes: int, shape: tuple[int, ...]) -> None:
-        limit = max_embed_bytes()
-        if limit is not None and dense_bytes > limit:
-            raise VLLMValidationError(
-                f"`{self.parameter}` declares shape {shape}, which takes {dense_bytes} bytes "
-                f"dense, over the {limit}-byte limit (VLLM_MAX_EMBED_DECODE_BYTES)",
-                parameter=self.parameter,
-                value=dense_bytes,
-            )
 
     def _unloadable(self, exc: Exception) -> VLLMValidationError:
         reason = str(exc) or type(exc).__name__

@@ -43,24 +43,38 @@ def max_embed_bytes() -> int | None:
     return limit if limit > 0 else None
 
 
+def check_dense_bytes(dense_bytes: int, shape: tuple[int, ...], *, parameter: str) -> None:
+    """Refuse (a 400 naming ``parameter``) a tensor whose dense size is over
+    ``VLLM_MAX_EMBED_DECODE_BYTES``, before anything that size is allocated."""
+    limit = max_embed_bytes()
+    if limit is not None and dense_bytes > limit:
+        raise VLLMValidationError(
+            f"`{parameter}` declares shape {shape}, which would allocate {dense_bytes} bytes "
+            f"({dense_bytes / _MiB:.0f} MiB) once densified, exceeding the {limit} byte limit. "
+            "Set VLLM_MAX_EMBED_DECODE_BYTES to increase this limit.",
+            parameter=parameter,
+            value=dense_bytes,
+        )
+
+
 def safe_to_dense(tensor: object, *, parameter: str) -> torch.Tensor:
     """``tensor`` dense, refused (a 400 naming ``parameter``) when it is not a tensor or its
     dense size is over ``VLLM_MAX_EMBED_DECODE_BYTES``; vLLM's call and messages."""
     if not isinstance(tensor, torch.Tensor):
         raise VLLMValidationError(
-            f"`{parameter}` payload did not deserialize to a torch.Tensor.", parameter=parameter
-        )
-    limit = max_embed_bytes()
-    dense_bytes = tensor.numel() * tensor.element_size()
-    if limit is not None and dense_bytes > limit:
-        raise VLLMValidationError(
-            f"`{parameter}` declares shape {tuple(tensor.shape)}, which would allocate "
-            f"{dense_bytes} bytes ({dense_bytes / _MiB:.0f} MiB) once densified, exceeding the "
-            f"{limit} byte limit. Set VLLM_MAX_EMBED_DECODE_BYTES to increase this limit.",
+            f"`{parameter}` payload did not deserialize to a torch.Tensor "
+            f"(got {type(tensor).__name__}).",
             parameter=parameter,
-            value=dense_bytes,
         )
+    check_dense_bytes(
+        tensor.numel() * tensor.element_size(), tuple(tensor.shape), parameter=parameter
+    )
     return tensor.to_dense() if tensor.layout != torch.strided else tensor
 
 
-__all__ = ["check_sparse_tensor_invariants_threadsafe", "max_embed_bytes", "safe_to_dense"]
+__all__ = [
+    "check_dense_bytes",
+    "check_sparse_tensor_invariants_threadsafe",
+    "max_embed_bytes",
+    "safe_to_dense",
+]
