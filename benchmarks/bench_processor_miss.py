@@ -26,7 +26,7 @@ vLLM rows need vLLM 0.33.0 and mediaref together in a second venv outside the re
 script run with that venv's interpreter; docs/performance.md ("The vLLM 0.33.0 side") gives the
 recipe. With that venv one directory up::
 
-    VLLM_TARGET_DEVICE=cpu ../vllm-venv/bin/python benchmarks/bench_processor_miss.py
+    VLLM_TARGET_DEVICE=cpu $VLLM_VENV/bin/python benchmarks/bench_processor_miss.py
 
 (vLLM goes into that venv with ``--no-deps``, after the torch it is built against: a plain
 ``pip install vllm`` would replace torch with the wheel's pinned build. Where vLLM does not

@@ -9,8 +9,8 @@
 # the reason on stderr) when there is no CUDA device, when a gpu-marked test fails, errors or is
 # SKIPPED, or when the benchmark fails; it never reports CPU figures as GPU ones.
 #
-#   OUT=/some/dir bash benchmarks/gpu_check.sh            # on the GPU machine
-#   OUT=/tmp/gc bash benchmarks/gpu_check.sh --dry-run    # on a CPU: the same steps, the kernels
+#   OUT="$(mktemp -d)" bash benchmarks/gpu_check.sh            # on the GPU machine
+#   OUT="$(mktemp -d)" bash benchmarks/gpu_check.sh --dry-run  # on a CPU: the same steps, the kernels
 #                                                         # interpreted, skips allowed, no nvidia-smi
 #
 # Python: $PYTHON, else the first of .venv/bin/python and python3 that imports torch. mediaref is
@@ -21,8 +21,8 @@
 #
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --platform manylinux2014_x86_64 -d .whl blake3 pybase64 cachetools pytest-asyncio
-#   # there: pip install --no-index --no-deps --target /tmp/site .whl/*.whl
-#   PYTHONPATH=/tmp/site PYTHON=python3 bash benchmarks/gpu_check.sh
+#   # there: SITE="$(mktemp -d)"; pip install --no-index --no-deps --target "$SITE" .whl/*.whl
+#   PYTHONPATH="$SITE" PYTHON=python3 bash benchmarks/gpu_check.sh
 set -uo pipefail
 
 DRY_RUN=0

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # vLLM 0.33.0's OWN offline multimodal tests, on stock vLLM and with mediaref in place.
 #
-#   VLLM_PYTHON=/path/to/vllm-venv/bin/python bash scripts/test_vllm.sh [TEST_PATH ...]
+#   VLLM_PYTHON=$VLLM_VENV/bin/python bash scripts/test_vllm.sh [TEST_PATH ...]
+#
+# VLLM_VENV: the vLLM venv docs/performance.md ("The vLLM 0.33.0 side") makes.
 #
 # Runs pytest on vLLM 0.33.0's tests (default: tests/multimodal tests/renderers, relative to the
 # sdist's root) twice, one run after the other, with the same interpreter, options and files:

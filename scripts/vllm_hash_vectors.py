@@ -3,7 +3,7 @@
 Run it where vLLM 0.33.0 is importable (installed ``--no-deps`` next to torch, numpy, Pillow and
 blake3), not in mediaref's environment::
 
-    . ../vllm-venv/bin/activate   # the vLLM venv: docs/performance.md, "The vLLM 0.33.0 side"
+    . $VLLM_VENV/bin/activate   # the vLLM venv: docs/performance.md, "The vLLM 0.33.0 side"
     env -u PYTHONPATH python scripts/vllm_hash_vectors.py
 
 Every input is described as data in ``tests/_hash_vectors.py`` and built there by the same
